@@ -1,0 +1,27 @@
+"""``scrapy crawl``, with the Redis connection settled before the crawl starts.
+
+The embedded Redis is started when ``REDIS_URL`` is unset, and a bad URL or
+an unreachable server ends the command with one error line, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from scrapy.commands.crawl import Command as ScrapyCrawl
+
+from crawler.connection import RedisUnavailable, get_redis, redis_url
+
+
+class Command(ScrapyCrawl):
+    def process_options(self, args: list[str], opts: argparse.Namespace) -> None:
+        super().process_options(args, opts)
+        assert self.settings is not None
+        try:
+            url = redis_url(self.settings)
+            self.settings.set("REDIS_URL", url, priority="cmdline")
+            get_redis(self.settings).close()
+        except (RedisUnavailable, FileNotFoundError, RuntimeError) as exc:
+            print(f"crawler: error: {exc}", file=sys.stderr)
+            sys.exit(1)

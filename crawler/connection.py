@@ -1,0 +1,95 @@
+"""Settings to Redis client, in one place.
+
+``REDIS_URL`` (setting, else environment variable) accepts ``redis://``,
+``rediss://`` (TLS) and ``unix://`` URLs as redis-py does. When it is unset,
+the embedded Redis of this project is started (or reused) and used instead,
+unless ``CRAWLER_EMBEDDED_REDIS`` is false.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from scrapy.settings import BaseSettings
+
+__all__ = ["RedisUnavailable", "get_redis", "mask_url", "redis_url"]
+
+
+class RedisUnavailable(RuntimeError):
+    """Redis cannot be used; the message is one line fit for a user."""
+
+
+def mask_url(url: str) -> str:
+    """Return ``url`` with any password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    netloc = f"{user}:***@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def redis_url(settings: BaseSettings) -> str:
+    """The URL to connect to, starting the embedded Redis if needed."""
+    url = settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or ""
+    if url:
+        return str(url)
+    if not settings.getbool("CRAWLER_EMBEDDED_REDIS", True):
+        raise RedisUnavailable(
+            "REDIS_URL is not set and CRAWLER_EMBEDDED_REDIS is off: "
+            "set REDIS_URL=redis://host:port/db"
+        )
+    from crawler.embedded import EmbeddedRedis
+
+    return EmbeddedRedis.from_settings(settings).ensure_running()
+
+
+def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> redis.Redis:
+    """A client for the configured Redis; ``check`` pings it once.
+
+    ``REDIS_PARAMS`` (a dict) is passed to redis-py as scrapy-redis does.
+    Raises :class:`RedisUnavailable` with a one-line message naming the URL
+    (password masked) when the URL is malformed or the server unreachable.
+    """
+    url = redis_url(settings)
+    kwargs: dict[str, Any] = {
+        "socket_timeout": 30,
+        "socket_connect_timeout": 10,
+        "health_check_interval": 30,
+    }
+    kwargs.update(settings.getdict("REDIS_PARAMS"))
+    kwargs.update(params)
+    kwargs.pop("redis_cls", None)
+    kwargs.pop("encoding", None)
+    try:
+        client = redis.Redis.from_url(url, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise RedisUnavailable(f"invalid REDIS_URL {mask_url(url)}: {exc}") from None
+    if check:
+        try:
+            client.ping()
+        except redis.AuthenticationError as exc:
+            raise RedisUnavailable(
+                f"Redis at {mask_url(url)} refused the credentials: {exc}"
+            ) from None
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise RedisUnavailable(
+                f"cannot connect to Redis at {mask_url(url)}: {_reason(exc)}"
+            ) from None
+        except redis.ResponseError as exc:
+            raise RedisUnavailable(f"Redis at {mask_url(url)} answered: {exc}") from None
+    return client
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__

@@ -1,0 +1,129 @@
+"""``make demo``: a 60-second crawl of the local test web on the embedded Redis.
+
+Starts (or reuses) the embedded Redis unless ``REDIS_URL`` is set, serves a
+multi-domain test web on 127.0.0.1, runs ``scrapy crawl`` against it with a
+progress line every few seconds, and ends with a summary.
+
+    python -m crawler.demo [--seconds 60] [--domains 50] [--pages 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scrapy.utils.project import get_project_settings
+
+from crawler.connection import RedisUnavailable, get_redis, mask_url, redis_url
+from crawler.extensions.progress import duplicates
+from crawler.testweb.config import WebConfig
+from crawler.testweb.control import TestWebProcess
+
+SPIDER = "demo"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m crawler.demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seconds", type=int, default=60)
+    p.add_argument("--domains", type=int, default=50)
+    p.add_argument("--pages", type=int, default=200)
+    p.add_argument("--output", type=Path, default=Path("output/demo"))
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "crawler.settings")
+    settings = get_project_settings()
+    try:
+        url = redis_url(settings)
+        settings.set("REDIS_URL", url)
+        client = get_redis(settings)
+    except (RedisUnavailable, FileNotFoundError, RuntimeError) as exc:
+        print(f"demo: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"demo: Redis at {mask_url(url)}", flush=True)
+    # a fresh frontier each run: scrapy-redis keys of this spider only
+    for key in client.scan_iter(match=f"{SPIDER}:*"):
+        client.delete(key)
+
+    args.output.mkdir(parents=True, exist_ok=True)
+    stats_file = args.output / "stats.json"
+    stats_file.unlink(missing_ok=True)
+    config = WebConfig(domains=args.domains, pages=args.pages, faults={"404": 0.01, "503": 0.005})
+    with TestWebProcess(config) as web:
+        starts = ",".join(web.url(d, "/") for d in range(config.domains))
+        print(f"demo: test web on 127.0.0.1:{web.port}, {config.domains} domains "
+              f"x {config.pages} pages; crawling for {args.seconds}s", flush=True)
+        cmd = [
+            sys.executable, "-m", "scrapy", "crawl", SPIDER, "-a", f"start_urls={starts}",
+            "-s", f"CLOSESPIDER_TIMEOUT={args.seconds}",
+            "-s", "CRAWLER_PROGRESS_INTERVAL=5",
+            "-s", f"CRAWLER_STATS_FILE={stats_file}",
+            "-s", f"LOG_FILE={args.output / 'crawl.log'}",
+            "-s", "LOG_FILE_APPEND=False",
+            "-s", f"FEEDS={json.dumps({str(args.output / 'pages.jsonl'): {'format': 'jsonlines', 'overwrite': True}})}",
+        ]
+        env = dict(os.environ, REDIS_URL=url)
+        started = time.monotonic()
+        code = _run_showing_progress(cmd, env, args.output / "crawl.log")
+        elapsed = time.monotonic() - started
+        served = len(web.log())
+    if code != 0 or not stats_file.exists():
+        print(f"demo: the crawl failed (exit {code}); see {args.output / 'crawl.log'}", file=sys.stderr)
+        return code or 1
+    stats = json.loads(stats_file.read_text())
+    _summary(stats, elapsed, served, args.output)
+    return 0
+
+
+def _run_showing_progress(cmd: list[str], env: dict[str, str], log: Path) -> int:
+    """Run the crawl; echo its progress lines (and errors) from its log file."""
+    log.unlink(missing_ok=True)
+    proc = subprocess.Popen(cmd, env=env)
+    position = 0
+    while True:
+        done = proc.poll() is not None
+        if log.exists():
+            with open(log, encoding="utf-8", errors="replace") as fh:
+                fh.seek(position)
+                for line in fh:
+                    if "[crawler." in line or "ERROR" in line or "CRITICAL" in line:
+                        print("  " + line.rstrip().split("] ", 1)[-1], flush=True)
+                position = fh.tell()
+        if done:
+            return proc.returncode
+        time.sleep(0.5)
+
+
+def _summary(stats: dict[str, object], elapsed: float, served: int, output: Path) -> None:
+    def get(key: str) -> int:
+        value = stats.get(key, 0)
+        return value if isinstance(value, int) else 0
+
+    pages = get("response_received_count")
+    statuses = {k.rsplit("/", 1)[1]: v for k, v in stats.items()
+                if k.startswith("downloader/response_status_count/")}
+    errors = sum(v for s, v in statuses.items() if isinstance(v, int) and s >= "400")
+    errors += get("downloader/exception_count") - get(
+        "downloader/exception_type_count/scrapy.exceptions.IgnoreRequest")
+    print("\ndemo summary")
+    print(f"  pages fetched        {pages} in {elapsed:.0f}s ({pages / max(elapsed, 1e-9):.1f} pages/s)")
+    print(f"  domains              {get('crawler/domains_seen')}")
+    print(f"  duplicates skipped   {duplicates(stats)}")  # type: ignore[arg-type]
+    print(f"  robots.txt forbidden {get('robotstxt/forbidden')}")
+    print(f"  errors               {errors} (HTTP >= 400 and download failures)")
+    print(f"  requests served      {served} (test web's own log)")
+    print(f"  finish reason        {stats.get('finish_reason')}")
+    print(f"  output               {output / 'pages.jsonl'} (one item per page), "
+          f"{output / 'stats.json'}, {output / 'crawl.log'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

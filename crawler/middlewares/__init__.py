@@ -1,0 +1,1 @@
+"""Downloader middlewares: domain lock, backoff and dead letters, robots.txt, size cap."""

@@ -1,0 +1,41 @@
+"""Settings of the ``crawler`` Scrapy project.
+
+Every ``CRAWLER_*`` setting is documented in README.md ("Settings reference").
+"""
+
+import os
+
+BOT_NAME = "crawler"
+SPIDER_MODULES = ["crawler.spiders"]
+NEWSPIDER_MODULE = "crawler.spiders"
+COMMANDS_MODULE = "crawler.commands"
+
+# Redis: REDIS_URL from the environment; unset means the embedded Redis.
+REDIS_URL = os.environ.get("REDIS_URL") or None
+CRAWLER_EMBEDDED_REDIS = True
+
+SCHEDULER = "scrapy_redis.scheduler.Scheduler"
+SCHEDULER_SERIALIZER = "crawler.serializers"
+DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
+SCHEDULER_PERSIST = True
+
+# The `.test` domains of the local test web resolve to loopback; names that
+# match no pattern resolve as usual.
+TWISTED_DNS_RESOLVER = "crawler.resolver.HostMapResolver"
+CRAWLER_HOST_MAP = {"*.test": "127.0.0.1"}
+
+ROBOTSTXT_OBEY = True
+USER_AGENT = "crawler/0.1 (+https://github.com/; polite Redis-coordinated crawler)"
+CONCURRENT_REQUESTS = 64
+CONCURRENT_REQUESTS_PER_DOMAIN = 8
+DOWNLOAD_TIMEOUT = 30
+DOWNLOAD_MAXSIZE = 8 * 1024 * 1024
+COOKIES_ENABLED = False
+TELNETCONSOLE_ENABLED = False
+LOG_LEVEL = "INFO"
+
+EXTENSIONS = {
+    "crawler.extensions.progress.Progress": 500,
+    "crawler.extensions.statsfile.StatsFile": 510,
+}
+CRAWLER_PROGRESS_INTERVAL = 10.0

@@ -1,0 +1,85 @@
+"""What the test web serves: every knob with its default."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+#: faults a page can answer with instead of its content
+PAGE_FAULTS = ("404", "410", "429", "500", "503", "slow", "drop", "redirect", "big", "pdf")
+#: robots.txt faults a domain can have
+ROBOTS_FAULTS = ("404", "503", "invalid")
+
+
+@dataclass
+class WebConfig:
+    domains: int = 20
+    pages: int = 100  # per domain: /p/0.html ... /p/<pages-1>.html, "/" is page 0
+    domain_template: str = "d{}.test"
+    seed: int = 1
+    # page sizes: log-normal with this median and mean (the open web of 2025),
+    # or every page exactly `size_fixed` bytes when that is set
+    size_median: int = 138_000
+    size_mean: int = 242_000
+    size_min: int = 1_000
+    size_max: int = 4_000_000
+    size_fixed: int | None = None
+    links: int = 60  # <a href> per page
+    cross_share: float = 0.1  # links to another domain
+    dup_share: float = 0.1  # links that differ from another only by tracking params
+    private_share: float = 0.02  # links into /private/, which robots.txt disallows
+    trap_share: float = 0.0  # links into calendar traps, redirect chains and loops
+    crawl_delay_share: float = 0.1  # domains whose robots.txt has Crawl-delay
+    crawl_delay: float = 1.0
+    faults: dict[str, float] = field(default_factory=dict)  # page fault -> share of pages
+    robots_faults: dict[str, float] = field(default_factory=dict)  # -> share of domains
+    retry_after: int = 3  # Retry-After seconds sent with 429 and 503
+    slow_ms: int = 2_000  # delay of "slow" pages
+    big_size: int = 400_000  # size of "big" pages
+    pdf_size: int = 1_000_000
+    redirect_hops: int = 3
+    public_port: int | None = None  # port written into cross-domain links
+
+    def __post_init__(self) -> None:
+        errors = []
+        if self.domains < 1 or self.pages < 1:
+            errors.append("domains and pages must be at least 1")
+        if not 0 < self.size_median <= self.size_mean:
+            errors.append("need 0 < size_median <= size_mean")
+        for name in ("cross_share", "dup_share", "private_share", "trap_share", "crawl_delay_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                errors.append(f"{name} must be within 0..1")
+        for kind in self.faults:
+            if kind not in PAGE_FAULTS:
+                errors.append(f"unknown page fault {kind!r} (known: {', '.join(PAGE_FAULTS)})")
+        for kind in self.robots_faults:
+            if kind not in ROBOTS_FAULTS:
+                errors.append(f"unknown robots fault {kind!r} (known: {', '.join(ROBOTS_FAULTS)})")
+        if sum(self.faults.values()) > 1 or sum(self.robots_faults.values()) > 1:
+            errors.append("fault shares add up to more than 1")
+        if errors:
+            raise ValueError("bad test web config: " + "; ".join(errors))
+
+    @property
+    def lognormal(self) -> tuple[float, float]:
+        """(mu, sigma) of the page-size distribution."""
+        mu = math.log(self.size_median)
+        sigma = math.sqrt(2 * math.log(self.size_mean / self.size_median))
+        return mu, sigma
+
+    def domain(self, index: int) -> str:
+        return self.domain_template.format(index)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> WebConfig:
+        data: dict[str, Any] = json.loads(text) if text.strip() else {}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"bad test web config: unknown keys {unknown}")
+        return cls(**data)

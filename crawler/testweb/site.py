@@ -1,0 +1,280 @@
+"""Deterministic pages, robots.txt and faults of the test web.
+
+Every answer is a function of (config, host, path): two servers with one
+config serve the same bytes. Page bodies are a cached head (title and links)
+followed by a slice of one shared filler buffer, so large pages cost no work.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import random
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from crawler.testweb.config import WebConfig
+
+_WORDS = (
+    "crawl polite frontier redis queue domain token bucket lease shard robots "
+    "delay backoff jitter letter batch parse link anchor page index archive "
+    "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod"
+).split()
+_TRACKING = (
+    "?utm_source=newsletter&utm_medium=email",
+    "?gclid=EAIaIQobChMI",
+    "?utm_campaign=spring&utm_content=banner",
+    "?fbclid=IwAR0abc",
+    "#comments",
+)
+_TRAPS = ("/calendar/2026/1", "/fault/loop/0", "/fault/redirect/3/0")
+
+
+@dataclass
+class Reply:
+    status: int
+    parts: list[bytes | memoryview]
+    content_type: bytes = b"text/html; charset=utf-8"
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    delay: float = 0.0  # seconds to wait before answering
+    drop: bool = False  # close the connection without answering
+
+    @property
+    def length(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+
+def _unit(*key: object) -> float:
+    """A deterministic number in [0, 1) for ``key``."""
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def _make_filler(size: int) -> bytes:
+    rng = random.Random(0)
+    block = " ".join(rng.choice(_WORDS) for _ in range(12_000)).encode()
+    block = block.replace(b" index ", b"</p>\n<p>")
+    return (block * (size // len(block) + 1))[:size]
+
+
+def _pick_share(shares: dict[str, float], u: float) -> str | None:
+    acc = 0.0
+    for kind, share in sorted(shares.items()):
+        acc += share
+        if u < acc:
+            return kind
+    return None
+
+
+class Site:
+    def __init__(self, config: WebConfig, port: int) -> None:
+        self.config = config
+        self.port = config.public_port or port
+        self.hosts = {config.domain(i): i for i in range(config.domains)}
+        self.filler = memoryview(
+            _make_filler(max(config.size_max, config.big_size, config.pdf_size))
+        )
+        self.head = lru_cache(maxsize=20_000)(self._head)
+
+    # --- what exists -----------------------------------------------------
+
+    def page_size(self, d: int, k: int) -> int:
+        c = self.config
+        if c.size_fixed is not None:
+            return c.size_fixed
+        mu, sigma = c.lognormal
+        size = int(random.Random(f"{c.seed}:size:{d}:{k}").lognormvariate(mu, sigma))
+        return max(c.size_min, min(c.size_max, size))
+
+    def page_fault(self, d: int, k: int) -> str | None:
+        if k == 0:
+            return None  # the home page always works, so every crawl can start
+        return _pick_share(self.config.faults, _unit(self.config.seed, "fault", d, k))
+
+    def robots_fault(self, d: int) -> str | None:
+        return _pick_share(self.config.robots_faults, _unit(self.config.seed, "robots", d))
+
+    def crawl_delay(self, d: int) -> float | None:
+        c = self.config
+        if _unit(c.seed, "delay", d) < c.crawl_delay_share:
+            return c.crawl_delay
+        return None
+
+    def url(self, d: int, path: str) -> str:
+        return f"http://{self.config.domain(d)}:{self.port}{path}"
+
+    def page_links(self, d: int, k: int) -> list[str]:
+        """The hrefs of page k of domain d, in document order."""
+        c = self.config
+        rng = random.Random(f"{c.seed}:links:{d}:{k}")
+        links: list[str] = []
+        if k + 1 < c.pages:
+            links.append(f"/p/{k + 1}.html")  # a chain, so every page is reachable
+        while len(links) < c.links:
+            r = rng.random()
+            if r < c.cross_share and c.domains > 1:
+                other = rng.randrange(c.domains - 1)
+                other += other >= d
+                links.append(self.url(other, f"/p/{rng.randrange(c.pages)}.html"))
+                continue
+            r -= c.cross_share
+            if r < c.dup_share:
+                target = rng.randrange(c.pages)
+                links.append(f"/p/{target}.html{rng.choice(_TRACKING)}")
+                continue
+            r -= c.dup_share
+            if r < c.private_share:
+                links.append(f"/private/{rng.randrange(c.pages)}.html")
+                continue
+            r -= c.private_share
+            if r < c.trap_share:
+                links.append(rng.choice(_TRAPS))
+                continue
+            target = f"/p/{rng.randrange(c.pages)}.html"
+            links.append(self.url(d, target) if rng.random() < 0.2 else target)
+        return links
+
+    # --- answers ---------------------------------------------------------
+
+    def _head(self, d: int, k: int) -> bytes:
+        domain = self.config.domain(d)
+        items = "".join(
+            f'<li><a href="{html.escape(href)}">link {i}</a></li>\n'
+            for i, href in enumerate(self.page_links(d, k))
+        )
+        return (
+            f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            f"<title>{domain} page {k}</title></head>\n<body><h1>{domain} page {k}</h1>\n"
+            f"<ul>\n{items}</ul>\n<p>"
+        ).encode()
+
+    def page(self, d: int, k: int, size: int | None = None) -> Reply:
+        head = self.head(d, k)
+        tail = b"</p>\n</body></html>\n"
+        size = self.page_size(d, k) if size is None else size
+        fill = max(0, size - len(head) - len(tail))
+        return Reply(200, [head, self.filler[:fill], tail])
+
+    def robots(self, d: int) -> Reply:
+        fault = self.robots_fault(d)
+        if fault == "404":
+            return _small(404, "no robots.txt")
+        if fault == "503":
+            return _small(503, "robots.txt unavailable")
+        if fault == "invalid":
+            return Reply(200, [b"\x00\xff<html>this is not robots.txt\n{{{\n"],
+                         content_type=b"text/plain")
+        lines = ["User-agent: *", "Disallow: /private/"]
+        delay = self.crawl_delay(d)
+        if delay is not None:
+            lines.append(f"Crawl-delay: {delay:g}")
+        return Reply(200, [("\n".join(lines) + "\n").encode()], content_type=b"text/plain")
+
+    def answer(self, host: str, target: str) -> Reply:
+        name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+        d = self.hosts.get(name)
+        if d is None:
+            return _small(404, f"no such domain {name!r}")
+        path = target.split("?", 1)[0].split("#", 1)[0]
+        if path == "/":
+            return self._page_or_fault(d, 0)
+        if path == "/robots.txt":
+            return self.robots(d)
+        parts = path.strip("/").split("/")
+        kind = parts[0]
+        if kind in ("p", "moved", "private", "big") and len(parts) == 2:
+            k = _index(parts[1], ".html", self.config.pages)
+            if k is None:
+                return _small(404, "no such page")
+            if kind == "p":
+                return self._page_or_fault(d, k)
+            if kind == "big":
+                return self.page(d, k, self.config.big_size)
+            return self.page(d, k, min(self.page_size(d, k), 20_000))
+        if kind == "doc" and len(parts) == 2:
+            return Reply(200, [b"%PDF-1.4\n", self.filler[: self.config.pdf_size]],
+                         content_type=b"application/pdf")
+        if kind == "calendar" and len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            return self._calendar(int(parts[1]), int(parts[2]))
+        if kind == "fault" and len(parts) >= 2:
+            return self._fault_route(d, parts[1:])
+        return _small(404, "not found")
+
+    def _page_or_fault(self, d: int, k: int) -> Reply:
+        fault = self.page_fault(d, k)
+        if fault is None:
+            return self.page(d, k)
+        if fault in ("404", "410", "500"):
+            return _small(int(fault), f"injected {fault}")
+        if fault in ("429", "503"):
+            reply = _small(int(fault), f"injected {fault}")
+            reply.headers.append((b"Retry-After", str(self.config.retry_after).encode()))
+            return reply
+        if fault == "slow":
+            reply = self.page(d, k)
+            reply.delay = self.config.slow_ms / 1000
+            return reply
+        if fault == "drop":
+            return Reply(0, [], drop=True)
+        if fault == "redirect":
+            return _redirect(f"/fault/redirect/{self.config.redirect_hops}/{k}")
+        if fault == "big":
+            return self.page(d, k, self.config.big_size)
+        return Reply(200, [b"%PDF-1.4\n", self.filler[: self.config.pdf_size]],
+                     content_type=b"application/pdf")  # "pdf"
+
+    def _fault_route(self, d: int, args: list[str]) -> Reply:
+        kind, rest = args[0], args[1:]
+        if kind in ("404", "410", "500"):
+            return _small(int(kind), f"fault {kind}")
+        if kind in ("429", "503"):
+            reply = _small(int(kind), f"fault {kind}")
+            seconds = rest[0] if rest and rest[0].isdigit() else str(self.config.retry_after)
+            reply.headers.append((b"Retry-After", seconds.encode()))
+            return reply
+        if kind == "slow":
+            ms = int(rest[0]) if rest and rest[0].isdigit() else self.config.slow_ms
+            reply = _small(200, f"slow {ms} ms")
+            reply.delay = ms / 1000
+            return reply
+        if kind == "drop":
+            return Reply(0, [], drop=True)
+        if kind == "redirect" and len(rest) == 2 and rest[0].isdigit() and rest[1].isdigit():
+            hops, k = int(rest[0]), int(rest[1])
+            if hops <= 0:
+                return _redirect(f"/moved/{k}.html")
+            return _redirect(f"/fault/redirect/{hops - 1}/{k}")
+        if kind == "loop" and rest and rest[0] in ("0", "1"):
+            return _redirect(f"/fault/loop/{1 - int(rest[0])}")
+        return _small(404, "no such fault")
+
+    def _calendar(self, year: int, month: int) -> Reply:
+        nxt = (year + month // 12, month % 12 + 1)
+        prev = (year - (month == 1), (month - 2) % 12 + 1)
+        body = (
+            f"<!DOCTYPE html><html><body><h1>Calendar {year}-{month:02d}</h1>"
+            f'<a href="/calendar/{nxt[0]}/{nxt[1]}">next month</a> '
+            f'<a href="/calendar/{prev[0]}/{prev[1]}">previous month</a>'
+            f"</body></html>\n"
+        )
+        return Reply(200, [body.encode()])
+
+
+def _index(name: str, suffix: str, limit: int) -> int | None:
+    if not name.endswith(suffix):
+        return None
+    stem = name[: -len(suffix)]
+    if not stem.isdigit() or (len(stem) > 1 and stem[0] == "0"):
+        return None
+    k = int(stem)
+    return k if k < limit else None
+
+
+def _small(status: int, text: str) -> Reply:
+    return Reply(status, [f"<!DOCTYPE html><html><body><p>{text}</p></body></html>\n".encode()])
+
+
+def _redirect(location: str) -> Reply:
+    reply = _small(302, f"moved to {location}")
+    reply.headers.append((b"Location", location.encode()))
+    return reply

@@ -1,0 +1,105 @@
+"""Real servers for the tests: redis-server processes on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+from crawler.embedded import find_redis_server
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server on 127.0.0.1:<free port>, data in ``workdir``."""
+
+    def __init__(self, workdir: Path, *args: str, port: int | None = None, password: str | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.args = list(args)
+        self.port = port or free_port()
+        self.password = password
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password, **kwargs)  # type: ignore[arg-type]
+
+    def start(self, timeout: float = 10) -> RedisServer:
+        cmd = [find_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1",
+               "--dir", str(self.workdir), "--save", "", "--daemonize", "no",
+               "--logfile", str(self.workdir / "redis.log"), *self.args]
+        if self.password:
+            cmd += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.client(socket_timeout=1).ping():
+                    return self
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                pass
+            except redis.ResponseError:
+                return self  # loading or auth errors still mean it is up
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                log = (self.workdir / "redis.log")
+                raise RuntimeError(f"redis-server did not start: {log.read_text() if log.exists() else ''}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+def scrapy_env(redis_url: str | None = None, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("REDIS_URL", None)
+    if redis_url is not None:
+        env["REDIS_URL"] = redis_url
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def run_scrapy(args: list[str], env: dict[str, str], *, cwd: Path = ROOT,
+               timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run ``scrapy <args>`` as a real child process."""
+    return subprocess.run([sys.executable, "-m", "scrapy", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def have_redis() -> bool:
+    try:
+        find_redis_server()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+__all__ = ["ROOT", "RedisServer", "free_port", "have_redis", "run_scrapy", "scrapy_env"]

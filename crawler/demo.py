@@ -49,10 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo: error: {exc}", file=sys.stderr)
         return 1
     print(f"demo: Redis at {mask_url(url)}", flush=True)
-    # a fresh frontier each run: scrapy-redis keys of this spider only
-    for key in client.scan_iter(match=f"{SPIDER}:*"):
-        client.delete(key)
-
+    client.close()
     args.output.mkdir(parents=True, exist_ok=True)
     stats_file = args.output / "stats.json"
     stats_file.unlink(missing_ok=True)
@@ -65,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.executable, "-m", "scrapy", "crawl", SPIDER, "-a", f"start_urls={starts}",
             "-s", f"CLOSESPIDER_TIMEOUT={args.seconds}",
             "-s", "CRAWLER_PROGRESS_INTERVAL=5",
+            "-s", "SCHEDULER_FLUSH_ON_START=True",  # a fresh frontier each run
             "-s", f"CRAWLER_STATS_FILE={stats_file}",
             "-s", f"LOG_FILE={args.output / 'crawl.log'}",
             "-s", "LOG_FILE_APPEND=False",

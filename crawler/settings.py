@@ -14,10 +14,18 @@ COMMANDS_MODULE = "crawler.commands"
 REDIS_URL = os.environ.get("REDIS_URL") or None
 CRAWLER_EMBEDDED_REDIS = True
 
-SCHEDULER = "scrapy_redis.scheduler.Scheduler"
-SCHEDULER_SERIALIZER = "crawler.serializers"
-DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
+# The Redis frontier (crawler/scheduler): dedup happens in Redis, so Scrapy's
+# dupefilter is a no-op.
+SCHEDULER = "crawler.scheduler.FrontierScheduler"
+REQUEST_FINGERPRINTER_CLASS = "crawler.scheduler.fingerprint.Fingerprinter"
+DUPEFILTER_CLASS = "scrapy.dupefilters.BaseDupeFilter"
 SCHEDULER_PERSIST = True
+SPIDER_MIDDLEWARES = {"crawler.scheduler.acks.FrontierAckSpiderMiddleware": 10}
+DOWNLOADER_MIDDLEWARES = {"crawler.scheduler.acks.FrontierAckDownloaderMiddleware": 1}
+CRAWLER_DEDUP = "exact"
+CRAWLER_DOMAIN_RATE = 0.0
+CRAWLER_DOMAIN_BURST = 1
+CRAWLER_DOMAIN_DELAY = 0.0
 
 # The `.test` domains of the local test web resolve to loopback; names that
 # match no pattern resolve as usual.

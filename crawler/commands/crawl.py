@@ -1,7 +1,8 @@
 """``scrapy crawl``, with the Redis connection settled before the crawl starts.
 
-The embedded Redis is started when ``REDIS_URL`` is unset, and a bad URL or
-an unreachable server ends the command with one error line, not a traceback.
+The frontier settings are checked, the embedded Redis is started when
+``REDIS_URL`` is unset, and a bad setting, a bad URL or an unreachable server
+ends the command with one error line, not a traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from scrapy.commands.crawl import Command as ScrapyCrawl
 
 from crawler.connection import RedisUnavailable, get_redis, redis_url
+from crawler.scheduler.config import FrontierSettings, SettingsError
 
 
 class Command(ScrapyCrawl):
@@ -19,9 +21,10 @@ class Command(ScrapyCrawl):
         super().process_options(args, opts)
         assert self.settings is not None
         try:
+            FrontierSettings.from_settings(self.settings)
             url = redis_url(self.settings)
             self.settings.set("REDIS_URL", url, priority="cmdline")
             get_redis(self.settings).close()
-        except (RedisUnavailable, FileNotFoundError, RuntimeError) as exc:
+        except (SettingsError, RedisUnavailable, FileNotFoundError, RuntimeError) as exc:
             print(f"crawler: error: {exc}", file=sys.stderr)
             sys.exit(1)

@@ -23,8 +23,9 @@ logger = logging.getLogger(__name__)
 
 def duplicates(stats: dict[str, int]) -> int:
     """Requests the dupefilter refused: offered to the scheduler minus enqueued."""
-    if "dupefilter/filtered" in stats:
-        return stats["dupefilter/filtered"]
+    for key in ("crawler/frontier/duplicates", "dupefilter/filtered"):
+        if key in stats:
+            return stats[key]
     offered = stats.get("crawler/requests_offered", 0)
     enqueued = stats.get("scheduler/enqueued/redis", stats.get("scheduler/enqueued", 0))
     return max(0, offered - enqueued)

@@ -1,0 +1,75 @@
+"""Acknowledging leases: a dequeued request is done when its page's output
+has been handed to the frontier, or when it has failed for good.
+
+Both middlewares sit next to the engine, so they see what every other
+middleware left: a response whose callback output is exhausted (including the
+empty output of an HTTP error), or an exception no middleware turned into a
+retry. A retried or redirected copy carries the lease back into the
+scheduler, which acknowledges it once the copy is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.misc import load_object
+
+from crawler.scheduler.codec import LEASE
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+
+def _uses_frontier(crawler: Crawler) -> bool:
+    from crawler.scheduler.scheduler import FrontierScheduler
+
+    scheduler = crawler.settings.get("SCHEDULER")
+    cls = load_object(scheduler) if isinstance(scheduler, str) else scheduler
+    return isinstance(cls, type) and issubclass(cls, FrontierScheduler)
+
+
+class _Acker:
+    def __init__(self, crawler: Crawler) -> None:
+        if not _uses_frontier(crawler):
+            raise NotConfigured("SCHEDULER is not the frontier scheduler")
+        self.crawler = crawler
+
+    def ack(self, request: Request) -> None:
+        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
+        if scheduler is not None and hasattr(scheduler, "ack"):
+            scheduler.ack(request)
+
+
+class FrontierAckSpiderMiddleware(_Acker):
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FrontierAckSpiderMiddleware:
+        return cls(crawler)
+
+    async def process_spider_output(
+        self, response: Response, result: AsyncIterator[Any]
+    ) -> AsyncIterator[Any]:
+        lease = response.meta.get(LEASE)
+        async for item in result:
+            if lease is not None and isinstance(item, Request) and item.meta.get(LEASE) == lease:
+                del item.meta[LEASE]  # a child that copied its parent's meta
+            yield item
+        if lease is not None:
+            self.ack(response.request)  # type: ignore[arg-type]
+
+    def process_spider_exception(self, response: Response, exception: Exception) -> None:
+        if response.request is not None and LEASE in response.meta:
+            self.ack(response.request)
+
+
+class FrontierAckDownloaderMiddleware(_Acker):
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FrontierAckDownloaderMiddleware:
+        return cls(crawler)
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        if LEASE in request.meta:
+            self.ack(request)

@@ -1,0 +1,71 @@
+"""Canonical URLs: one spelling per resource, the input of every fingerprint.
+
+The WHATWG parser (ada) lowercases scheme and host, applies IDNA, drops the
+default port and resolves dot segments. On top of that: the fragment is
+dropped, tracking parameters are removed, the remaining query parameters are
+sorted, an empty query is dropped, an empty path becomes ``/`` (the one
+trailing-slash rule: other paths keep theirs), and percent-escapes are
+normalised (unreserved characters decoded, hex digits upper-case).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from ada_url import parse_url
+
+DEFAULT_TRACKING = ("utm_*", "gclid", "fbclid", "mc_cid", "mc_eid")
+
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _escape(match: re.Match[str]) -> str:
+    byte = int(match.group(1), 16)
+    return chr(byte) if byte in _UNRESERVED else "%" + match.group(1).upper()
+
+
+def _normalise_escapes(text: str) -> str:
+    return _ESCAPE.sub(_escape, text) if "%" in text else text
+
+
+class Canonicalizer:
+    """``Canonicalizer(extra_tracking)(url) -> str``; raises ``ValueError`` on bad URLs.
+
+    Tracking names are matched case-insensitively; a trailing ``*`` makes a
+    prefix (``utm_*``).
+    """
+
+    def __init__(self, tracking: Iterable[str] = ()) -> None:
+        names = [t.strip().lower() for t in (*DEFAULT_TRACKING, *tracking) if t.strip()]
+        self.exact = frozenset(n for n in names if not n.endswith("*"))
+        self.prefixes = tuple(n[:-1] for n in names if n.endswith("*"))
+
+    def is_tracking(self, name: str) -> bool:
+        name = name.lower()
+        return name in self.exact or name.startswith(self.prefixes)
+
+    def __call__(self, url: str) -> str:
+        parts = parse_url(url)
+        scheme = parts["protocol"]
+        if scheme not in ("http:", "https:"):
+            href = parts["href"]
+            return href[: len(href) - len(parts["hash"])] if parts["hash"] else href
+        path = _normalise_escapes(parts["pathname"]) or "/"
+        query = parts["search"][1:]
+        if query:
+            params = [
+                _normalise_escapes(p)
+                for p in query.split("&")
+                if p and not self.is_tracking(p.split("=", 1)[0])
+            ]
+            params.sort()
+            query = "&".join(params)
+        userinfo = ""
+        if parts["username"] or parts["password"]:
+            userinfo = parts["username"] + (":" + parts["password"] if parts["password"] else "") + "@"
+        return f"{scheme}//{userinfo}{parts['host']}{path}{'?' + query if query else ''}"
+
+
+canonicalize = Canonicalizer()

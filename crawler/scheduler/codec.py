@@ -1,0 +1,45 @@
+"""Requests to bytes and back, for the frontier's queues: msgpack, never pickle.
+
+Two kinds of entries: ``U<depth> <url>`` for links added in bulk (they become
+plain GET requests to the spider's ``parse`` when dequeued), and ``R`` +
+msgpack of ``Request.to_dict()`` for any other request (callbacks by name).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy import Request
+from scrapy.utils.request import request_from_dict
+
+from crawler import serializers
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+
+#: request.meta key holding the frontier lease of a dequeued request
+LEASE = "_frontier_lease"
+
+
+def encode_url(url: str, depth: int = 0) -> bytes:
+    return b"U%d %s" % (depth, url.encode())
+
+
+def encode(request: Request, spider: Spider) -> bytes:
+    """Raises ``TypeError`` or ``ValueError`` when the request cannot travel
+    (a callback that is not a spider method, unserializable meta)."""
+    data = request.to_dict(spider=spider)
+    meta = data.get("meta")
+    if meta and LEASE in meta:
+        data["meta"] = {k: v for k, v in meta.items() if k != LEASE}
+    return b"R" + serializers.dumps(data)
+
+
+def decode(entry: bytes, spider: Spider) -> Request:
+    kind = entry[:1]
+    if kind == b"U":
+        depth, _, url = entry[1:].partition(b" ")
+        return Request(url.decode(), meta={"depth": int(depth)})
+    if kind == b"R":
+        return request_from_dict(serializers.loads(entry[1:]), spider=spider)
+    raise ValueError(f"unknown frontier entry {entry[:20]!r}")

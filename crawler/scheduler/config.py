@@ -1,0 +1,106 @@
+"""The frontier's settings, read and checked once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+from crawler.scheduler.frontier import DEDUP_MODES, Dedup, Politeness
+
+
+class SettingsError(ValueError):
+    """A setting has a value of the wrong form; the message names it."""
+
+
+def _number(settings: BaseSettings, name: str, default: float, *, minimum: float = 0.0,
+            integer: bool = False) -> Any:
+    raw = settings.get(name, default)
+    try:
+        value = int(raw) if integer else float(raw)
+    except (TypeError, ValueError):
+        kind = "an integer" if integer else "a number"
+        raise SettingsError(f"{name} must be {kind} >= {minimum:g}, got {raw!r}") from None
+    if value < minimum:
+        raise SettingsError(f"{name} must be >= {minimum:g}, got {raw!r}")
+    return value
+
+
+def _overrides(settings: BaseSettings) -> dict[str, dict[str, float]]:
+    name = "CRAWLER_DOMAIN_OVERRIDES"
+    try:
+        raw = settings.getdict(name)
+    except (TypeError, ValueError):
+        raise SettingsError(f"{name} must be a dict of domain -> {{rate, burst, delay}}") from None
+    result: dict[str, dict[str, float]] = {}
+    for domain, policy in raw.items():
+        if not isinstance(policy, dict) or not set(policy) <= {"rate", "burst", "delay"}:
+            raise SettingsError(f"{name}[{domain!r}] must be a dict with keys rate, burst, delay")
+        try:
+            result[str(domain).lower()] = {k: float(v) for k, v in policy.items()}
+        except (TypeError, ValueError):
+            raise SettingsError(f"{name}[{domain!r}] values must be numbers") from None
+    return result
+
+
+@dataclass(frozen=True)
+class FrontierSettings:
+    prefix: str
+    shard: int
+    dedup: Dedup
+    politeness: Politeness
+    overrides: dict[str, dict[str, float]]
+    domain_cap: int
+    lease_seconds: float
+    prefetch: int
+    batch: int
+    flush_interval: float
+    persist: bool
+    flush_on_start: bool
+    idle_before_close: float
+    tracking: list[str]
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
+        mode = str(settings.get("CRAWLER_DEDUP", "exact")).lower()
+        if mode not in DEDUP_MODES:
+            raise SettingsError(f"CRAWLER_DEDUP must be one of {', '.join(DEDUP_MODES)}, got {mode!r}")
+        error_rate = _number(settings, "CRAWLER_BLOOM_ERROR_RATE", 0.001)
+        if not 0 < error_rate < 1:
+            raise SettingsError(f"CRAWLER_BLOOM_ERROR_RATE must be within (0, 1), got {error_rate!r}")
+        prefix = str(settings.get("CRAWLER_KEY_PREFIX", "crawler"))
+        if not prefix or any(c in prefix for c in "{}\n "):
+            raise SettingsError(f"CRAWLER_KEY_PREFIX must be a non-empty name without braces or spaces, got {prefix!r}")
+        timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
+        lease = _number(settings, "CRAWLER_LEASE_SECONDS", timeout + 120, minimum=1.0)
+        if lease <= timeout:
+            raise SettingsError(
+                f"CRAWLER_LEASE_SECONDS ({lease:g}) must exceed DOWNLOAD_TIMEOUT ({timeout:g}): "
+                "a lease must outlive the download it covers"
+            )
+        return cls(
+            prefix=prefix,
+            shard=_number(settings, "CRAWLER_SHARD", 0, integer=True),
+            dedup=Dedup(
+                mode,
+                _number(settings, "CRAWLER_DEDUP_CAPACITY", 10_000_000, minimum=1, integer=True),
+                error_rate,
+            ),
+            politeness=Politeness(
+                _number(settings, "CRAWLER_DOMAIN_RATE", 0.0),
+                _number(settings, "CRAWLER_DOMAIN_BURST", 1, minimum=1, integer=True),
+                _number(settings, "CRAWLER_DOMAIN_DELAY", 0.0),
+            ),
+            overrides=_overrides(settings),
+            domain_cap=_number(settings, "CRAWLER_DOMAIN_QUEUE_CAP", 100_000, integer=True),
+            lease_seconds=lease,
+            prefetch=_number(settings, "CRAWLER_PREFETCH", settings.getint("CONCURRENT_REQUESTS", 16),
+                             minimum=1, integer=True),
+            batch=_number(settings, "CRAWLER_ENQUEUE_BATCH", 1000, minimum=1, integer=True),
+            flush_interval=_number(settings, "CRAWLER_FLUSH_INTERVAL", 0.5, minimum=0.01),
+            persist=settings.getbool("SCHEDULER_PERSIST", False),
+            flush_on_start=settings.getbool("SCHEDULER_FLUSH_ON_START", False),
+            idle_before_close=_number(settings, "SCHEDULER_IDLE_BEFORE_CLOSE", 0.0),
+            tracking=settings.getlist("CRAWLER_TRACKING_PARAMS"),
+        )

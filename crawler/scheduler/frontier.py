@@ -1,0 +1,246 @@
+"""The frontier in Redis, independent of Scrapy: add, take, delay, release.
+
+Every method is one round trip (one script call or one pipeline). Order
+guarantees: within one domain, higher priority first and FIFO within a
+priority; across domains, due domains in order of their next-fetch time.
+Requests whose lease expires go back to the front of their domain's queue.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from crawler.scheduler.keys import Keys
+from crawler.scheduler.scripts import Scripts
+
+DEDUP_MODES = ("exact", "bloom")
+
+
+class FrontierConfigError(ValueError):
+    """The settings contradict the frontier already stored in Redis."""
+
+
+@dataclass
+class Item:
+    """A request offered to the frontier."""
+
+    digest: bytes  # SHA-256 of the canonical URL (raw)
+    domain: str
+    priority: int
+    entry: bytes  # the serialized request
+    dont_filter: bool = False
+
+
+@dataclass
+class Leased:
+    lease: str
+    domain: str
+    priority: int
+    entry: bytes
+
+
+@dataclass
+class AddResult:
+    added: int = 0
+    duplicates: int = 0
+    capped: int = 0
+    acked: int = 0
+
+
+@dataclass
+class TakeResult:
+    items: list[Leased]
+    now_ms: int
+    next_due_ms: int | None  # earliest next-fetch time of a queued domain
+
+
+@dataclass(frozen=True)
+class Politeness:
+    rate: float = 0.0  # requests per second per domain; 0: no token bucket
+    burst: int = 1
+    delay: float = 0.0  # minimum seconds between two requests to a domain
+
+    def __post_init__(self) -> None:
+        if self.rate < 0 or self.delay < 0 or self.burst < 1:
+            raise ValueError(f"invalid politeness {self}: rate >= 0, burst >= 1, delay >= 0")
+
+
+@dataclass(frozen=True)
+class Dedup:
+    mode: str = "exact"
+    capacity: int = 10_000_000  # expected distinct URLs of the frontier
+    error_rate: float = 0.001  # Bloom mode: compound false-positive rate
+    bucket_bits: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        if self.mode not in DEDUP_MODES:
+            raise ValueError(f"dedup mode must be one of {DEDUP_MODES}, got {self.mode!r}")
+        if self.capacity < 1 or not 0 < self.error_rate < 1:
+            raise ValueError("dedup capacity must be >= 1 and error rate within (0, 1)")
+        if not self.bucket_bits:
+            # about 256 digests per bucket at capacity: each bucket stays a
+            # compact intset (Redis converts past set-max-intset-entries, 512)
+            bits = math.ceil(math.log2(max(self.capacity / 256, 1)))
+            object.__setattr__(self, "bucket_bits", min(max(bits, 8), 24))
+
+    def args(self, digest: bytes) -> tuple[int, int]:
+        if self.mode == "exact":
+            bucket = int.from_bytes(digest[:4], "big") >> (32 - self.bucket_bits)
+            return bucket, int.from_bytes(digest[4:12], "big", signed=True)
+        return int.from_bytes(digest[:4], "big"), int.from_bytes(digest[4:8], "big") | 1
+
+
+def _ids(ids: Iterable[str]) -> list[str]:
+    ids = list(ids)
+    return [str(len(ids)), *ids]
+
+
+class Frontier:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        *,
+        dedup: Dedup | None = None,
+        politeness: Politeness | None = None,
+        overrides: dict[str, dict[str, float]] | None = None,
+        domain_cap: int = 0,
+        lease_seconds: float = 180.0,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.dedup = dedup or Dedup()
+        self.politeness = politeness or Politeness()
+        self.overrides = overrides or {}
+        self.domain_cap = domain_cap
+        self.lease_ms = int(lease_seconds * 1000)
+        self.scripts = Scripts(client)
+
+    def open(self) -> None:
+        """Record (or check) the dedup layout and load per-domain overrides."""
+        meta = self.keys.meta
+        self.client.hsetnx(meta, "dedup", self.dedup.mode)
+        self.client.hsetnx(meta, "bucket_bits", self.dedup.bucket_bits)
+        stored = self.client.hmget(meta, "dedup", "bucket_bits")
+        mode, bits = stored[0].decode(), int(stored[1])
+        if mode != self.dedup.mode:
+            raise FrontierConfigError(
+                f"frontier {self.keys.base} was created with CRAWLER_DEDUP={mode!r}, "
+                f"not {self.dedup.mode!r}: clear it (SCHEDULER_FLUSH_ON_START) or keep the mode"
+            )
+        if bits != self.dedup.bucket_bits:
+            self.dedup = Dedup(self.dedup.mode, self.dedup.capacity, self.dedup.error_rate, bits)
+        if self.dedup.mode == "bloom" and not self.client.hexists(self.keys.bloom, "count"):
+            cap, p = self.dedup.capacity, self.dedup.error_rate / 2
+            m = math.ceil(cap * -math.log(p) / math.log(2) ** 2)
+            k = max(1, round(m / cap * math.log(2)))
+            self.client.hset(self.keys.bloom, mapping={
+                "count": 1, "m0": m, "k0": k, "cap0": cap, "n0": 0, "p0": repr(p)})
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(self.keys.policy_settings)
+        if self.overrides:
+            pipe.hset(self.keys.policy_settings,
+                      mapping={d: json.dumps(p) for d, p in self.overrides.items()})
+        pipe.execute()
+
+    # --- the hot path ----------------------------------------------------
+
+    def add(self, items: Sequence[Item], acks: Iterable[str] = ()) -> AddResult:
+        args: list[Any] = [self.dedup.mode, self.domain_cap, *_ids(acks)]
+        for item in items:
+            a, b = self.dedup.args(item.digest)
+            args += (a, b, item.domain, item.priority, item.entry, "0" if item.dont_filter else "1")
+        added, dups, capped, acked = self.scripts.enqueue(keys=[self.keys.base], args=args)
+        return AddResult(added, dups, capped, acked)
+
+    def take(self, n: int, acks: Iterable[str] = ()) -> TakeResult:
+        p = self.politeness
+        reply = self.scripts.dequeue(
+            keys=[self.keys.base],
+            args=[n, self.lease_ms, p.rate, p.burst, int(p.delay * 1000), *_ids(acks)],
+        )
+        items = []
+        for i in range(2, len(reply), 2):
+            domain, prio, entry = reply[i + 1].split(b"\n", 2)
+            items.append(Leased(reply[i].decode(), domain.decode(), int(prio), entry))
+        next_due = int(reply[1])
+        return TakeResult(items, int(reply[0]), None if next_due < 0 else next_due)
+
+    def delay(self, items: Iterable[tuple[float, str, int, bytes]], acks: Iterable[str] = ()) -> int:
+        """Park ``(seconds, domain, priority, entry)`` requests until due."""
+        args: list[Any] = _ids(acks)
+        for seconds, domain, prio, entry in items:
+            args += (max(0, int(seconds * 1000)), domain, prio, entry)
+        return int(self.scripts.delay(keys=[self.keys.base], args=args))
+
+    def push_domain(self, domain: str, seconds: float) -> int:
+        """No request of ``domain`` before now + ``seconds`` (server clock)."""
+        return int(self.scripts.push_domain(keys=[self.keys.base], args=[domain, int(seconds * 1000)]))
+
+    def release(self, leases: Iterable[str]) -> int:
+        leases = list(leases)
+        if not leases:
+            return 0
+        return int(self.scripts.release(keys=[self.keys.base], args=leases))
+
+    # --- operators -------------------------------------------------------
+
+    def set_policy(self, domain: str, **policy: float) -> None:
+        """Live override, e.g. ``set_policy("example.com", delay=5, rate=0.5)``."""
+        self.client.hset(self.keys.policy, domain, json.dumps(policy))
+
+    def set_robots_delay(self, domain: str, seconds: float) -> None:
+        self.client.hset(self.keys.policy_robots, domain, repr(float(seconds)))
+
+    def status(self) -> dict[str, Any]:
+        now_s, now_us = self.client.time()
+        now = now_s * 1000 + now_us // 1000
+        k = self.keys
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(k.ready)
+        pipe.zcount(k.ready, "-inf", now)
+        pipe.zrange(k.ready, 0, 0, withscores=True)
+        pipe.zcard(k.leases)
+        pipe.zcount(k.leases, "-inf", now)
+        pipe.zcard(k.delayed)
+        pipe.hgetall(k.stats)
+        ready, due, head, leases, expired, delayed, counters = pipe.execute()
+        stats = {key.decode(): int(value) for key, value in counters.items()}
+        return {
+            "queued": stats.get("queued", 0),
+            "domains_queued": ready,
+            "domains_due": due,
+            "next_due_ms": int(head[0][1]) - now if head else None,
+            "leases": leases,
+            "leases_expired": expired,
+            "delayed": delayed,
+            "counters": stats,
+        }
+
+    def pending(self) -> int:
+        """Requests queued, delayed or leased (by any worker)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self.keys.stats, "queued")
+        pipe.zcard(self.keys.delayed)
+        pipe.zcard(self.keys.leases)
+        queued, delayed, leases = pipe.execute()
+        return int(queued or 0) + delayed + leases
+
+    def clear(self) -> int:
+        """Delete every key of this frontier; returns how many."""
+        removed = 0
+        batch: list[bytes] = []
+        for key in self.client.scan_iter(match=self.keys.pattern(), count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                removed += self.client.unlink(*batch)
+                batch = []
+        if batch:
+            removed += self.client.unlink(*batch)
+        return removed

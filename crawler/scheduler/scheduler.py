@@ -1,0 +1,287 @@
+"""The frontier scheduler: scrapy-redis's scheduler on the Redis frontier.
+
+    SCHEDULER = "crawler.scheduler.FrontierScheduler"
+    REQUEST_FINGERPRINTER_CLASS = "crawler.scheduler.fingerprint.Fingerprinter"
+
+Order guarantees. Requests are queued per registered domain. Within a domain,
+a higher ``priority`` comes first, and requests of one priority come out in
+the order they were enqueued (FIFO), except that a request whose lease
+expired, or that a closing worker handed back, goes to the front. Across
+domains, a domain is served only when it is due on the Redis server's clock
+(its token bucket holds a token and its minimum delay has passed); among due
+domains, the one due longest comes first. Delayed requests (retries,
+backoff) join the back of their queue when their time comes.
+
+Enqueued requests are buffered and reach Redis in batches (dedup, cap and
+push in one script call): at ``CRAWLER_ENQUEUE_BATCH`` requests, when a
+page's output is exhausted, before each dequeue and every
+``CRAWLER_FLUSH_INTERVAL`` seconds. ``enqueue_request`` therefore returns True
+for every request it accepts for sending; duplicates are counted when the
+batch is stored (``crawler/frontier/duplicates``). Dequeue leases up to
+``CRAWLER_PREFETCH`` requests per round trip.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from scrapy_redis.scheduler import Scheduler as RedisScheduler
+from twisted.internet import task
+
+from crawler.connection import get_redis
+from crawler.scheduler import codec
+from crawler.scheduler.canonical import Canonicalizer
+from crawler.scheduler.config import FrontierSettings
+from crawler.scheduler.domains import domain_of
+from crawler.scheduler.fingerprint import url_fingerprint
+from crawler.scheduler.frontier import Frontier, Item, Leased
+from crawler.scheduler.keys import Keys
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+_MAX_POLL_WAIT = 1.0  # seconds between dequeue attempts while nothing is due
+
+
+class FrontierScheduler(RedisScheduler):
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.config = FrontierSettings.from_settings(crawler.settings)
+        super().__init__(
+            server=get_redis(crawler.settings),
+            persist=self.config.persist,
+            flush_on_start=self.config.flush_on_start,
+            idle_before_close=int(self.config.idle_before_close),
+        )
+        self.idle_before_close = self.config.idle_before_close
+        self.stats = crawler.stats
+        self.canonicalize = Canonicalizer(self.config.tracking)
+        self.frontier: Frontier | None = None
+        self.spider: Spider | None = None
+        self.buffer: deque[Leased] = deque()
+        self.pending: list[Item] = []
+        self.pending_acks: list[str] = []
+        self.inflight: set[str] = set()
+        self._next_poll = 0.0
+        self._empty_polls = 0
+        self._pending_checked = -1.0
+        self._pending_cached = True
+        self._idle_since: float | None = None
+        self._flusher: task.LoopingCall | None = None
+        self._wakeup: Any = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
+        return cls(crawler)
+
+    # --- lifecycle -------------------------------------------------------
+
+    def open(self, spider: Spider) -> None:
+        self.spider = spider
+        shard = int(getattr(spider, "shard", self.config.shard))
+        keys = Keys(self.config.prefix, spider.name, shard)
+        self.frontier = Frontier(
+            self.server, keys,
+            dedup=self.config.dedup,
+            politeness=self.config.politeness,
+            overrides=self.config.overrides,
+            domain_cap=self.config.domain_cap,
+            lease_seconds=self.config.lease_seconds,
+        )
+        if self.flush_on_start:
+            self.frontier.clear()
+        self.frontier.open()
+        queued = len(self)
+        if queued:
+            logger.info("Resuming crawl of frontier %s (%d requests queued)", keys.base, queued)
+        else:
+            logger.info("Frontier %s opened", keys.base)
+        self._flusher = task.LoopingCall(self.flush_pending)
+        self._flusher.start(self.config.flush_interval, now=False)
+
+    def close(self, reason: str) -> None:
+        if self._flusher is not None and self._flusher.running:
+            self._flusher.stop()
+        if self._wakeup is not None and self._wakeup.active():
+            self._wakeup.cancel()
+        assert self.frontier is not None
+        self.flush_pending()
+        unfinished = [leased.lease for leased in self.buffer] + sorted(self.inflight)
+        given_back = self.frontier.release(unfinished)
+        if given_back:
+            logger.info("Handed %d unfinished requests back to the frontier", given_back)
+        self.buffer.clear()
+        self.inflight.clear()
+        if not self.persist:
+            self.flush()
+
+    def flush(self) -> None:
+        """Delete the whole frontier (scrapy-redis's ``flush``)."""
+        if self.frontier is not None:
+            self.frontier.clear()
+
+    # --- enqueue ---------------------------------------------------------
+
+    def enqueue_request(self, request: Request) -> bool:
+        assert self.spider is not None
+        lease = request.meta.pop(codec.LEASE, None)
+        if lease is not None:
+            self.inflight.discard(lease)  # a retry or redirect of a leased request
+        try:
+            entry = codec.encode(request, self.spider)
+        except (TypeError, ValueError) as exc:
+            logger.error("Cannot store %s in the frontier, dropped: %s", request, exc)
+            self._inc("crawler/frontier/unserializable")
+            if lease is not None:
+                self.pending_acks.append(lease)
+            return False
+        digest = self.crawler.request_fingerprinter.fingerprint(request)
+        self.pending.append(
+            Item(digest, domain_of(request.url), request.priority, entry, request.dont_filter)
+        )
+        if lease is not None:
+            self.pending_acks.append(lease)
+        self._inc("scheduler/enqueued/redis")
+        if len(self.pending) >= self.config.batch:
+            self.flush_pending()
+        return True
+
+    def add_urls(self, urls: Iterable[str], *, depth: int = 0, priority: int = 0) -> int:
+        """Offer plain URLs in bulk: no ``Request`` objects until dequeued.
+
+        URLs are canonicalised here; invalid ones are skipped and counted.
+        Returns how many were offered (dedup happens in Redis).
+        """
+        offered = 0
+        for url in urls:
+            try:
+                canonical = self.canonicalize(url)
+            except ValueError:
+                self._inc("crawler/frontier/invalid_urls")
+                continue
+            self.pending.append(
+                Item(url_fingerprint(canonical), domain_of(canonical), priority,
+                     codec.encode_url(canonical, depth))
+            )
+            offered += 1
+        if len(self.pending) >= self.config.batch:
+            self.flush_pending()
+        return offered
+
+    def ack(self, request: Request) -> None:
+        """The request is done; its lease is released with the next round trip."""
+        lease = request.meta.pop(codec.LEASE, None)
+        if lease is not None and lease in self.inflight:
+            self.inflight.discard(lease)
+            self.pending_acks.append(lease)
+
+    def flush_pending(self) -> None:
+        """Store buffered requests and acknowledgements: one round trip."""
+        if not self.pending and not self.pending_acks:
+            return
+        assert self.frontier is not None
+        items, acks = self.pending, self.pending_acks
+        self.pending, self.pending_acks = [], []
+        result = self.frontier.add(items, acks)
+        self._inc("crawler/frontier/enqueued", result.added)
+        self._inc("crawler/frontier/duplicates", result.duplicates)
+        self._inc("crawler/frontier/capped", result.capped)
+        self._inc("crawler/frontier/acked", result.acked)
+        if result.added:
+            self._next_poll = 0.0
+            if not self.buffer:
+                self._wake_engine_in(0.0)
+
+    # --- dequeue ---------------------------------------------------------
+
+    def next_request(self) -> Request | None:
+        if not self.buffer:
+            self._refill()
+        if not self.buffer:
+            return None
+        assert self.spider is not None
+        leased = self.buffer.popleft()
+        try:
+            request = codec.decode(leased.entry, self.spider)
+        except Exception as exc:  # a corrupt entry must not stop the crawl
+            logger.error("Dropped an undecodable frontier entry %r: %s", leased.entry[:80], exc)
+            self._inc("crawler/frontier/undecodable")
+            self.pending_acks.append(leased.lease)
+            return None
+        request.meta[codec.LEASE] = leased.lease
+        self.inflight.add(leased.lease)
+        self._inc("scheduler/dequeued/redis")
+        return request
+
+    def _refill(self) -> None:
+        now = time.monotonic()
+        if now < self._next_poll:
+            return
+        assert self.frontier is not None
+        if self.pending:
+            self.flush_pending()
+        acks, self.pending_acks = self.pending_acks, []
+        result = self.frontier.take(self.config.prefetch, acks)
+        self._inc("crawler/frontier/acked", len(acks))
+        self.buffer.extend(result.items)
+        if result.items:
+            self._empty_polls = 0
+            self._next_poll = 0.0
+            return
+        self._empty_polls += 1
+        wait = min(_MAX_POLL_WAIT, 0.02 * 2 ** min(self._empty_polls, 10))
+        if result.next_due_ms is not None:
+            wait = min(wait, max(0.0, (result.next_due_ms - result.now_ms) / 1000))
+        self._next_poll = now + wait
+        self._wake_engine_in(wait)
+
+    def _wake_engine_in(self, seconds: float) -> None:
+        from twisted.internet import reactor
+
+        if self._wakeup is not None and self._wakeup.active():
+            if self._wakeup.getTime() - reactor.seconds() <= seconds:  # type: ignore[attr-defined]
+                return
+            self._wakeup.cancel()
+        self._wakeup = reactor.callLater(seconds + 0.001, self._wake_engine)  # type: ignore[attr-defined]
+
+    def _wake_engine(self) -> None:
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None:
+            slot.nextcall.schedule()
+
+    # --- state -----------------------------------------------------------
+
+    def has_pending_requests(self) -> bool:
+        if self.buffer or self.pending:
+            return True
+        now = time.monotonic()
+        if now - self._pending_checked < 0.25:
+            return self._pending_cached
+        assert self.frontier is not None
+        self.flush_pending()
+        self._pending_checked = now
+        if self.frontier.pending() > 0:
+            self._idle_since = None
+            self._pending_cached = True
+        else:
+            if self._idle_since is None:
+                self._idle_since = now
+            self._pending_cached = now - self._idle_since < self.idle_before_close
+        return self._pending_cached
+
+    def __len__(self) -> int:
+        if self.frontier is None:
+            return 0
+        queued = self.server.hget(self.frontier.keys.stats, "queued")
+        return int(queued or 0) + len(self.buffer)
+
+    def _inc(self, key: str, count: int = 1) -> None:
+        if count and self.stats is not None:
+            self.stats.inc_value(key, count)

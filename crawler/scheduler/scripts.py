@@ -1,0 +1,37 @@
+"""The Lua scripts of ``lua/``, registered once per client and called by SHA."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import redis
+from redis.commands.core import Script
+
+_SOURCE_DIR = Path(__file__).resolve().parent.parent.parent / "lua"
+
+
+@cache
+def source(name: str) -> str:
+    """``_lib.lua`` followed by ``<name>.lua``."""
+    if (_SOURCE_DIR / "_lib.lua").exists():
+        read = lambda f: (_SOURCE_DIR / f).read_text()  # noqa: E731 - a source checkout
+    else:
+        package = resources.files("crawler.lua")
+        read = lambda f: package.joinpath(f).read_text()  # noqa: E731 - an installed package
+    return read("_lib.lua") + "\n" + read(f"{name}.lua")
+
+
+class Scripts:
+    NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release")
+
+    def __init__(self, client: redis.Redis) -> None:
+        for name in self.NAMES:
+            setattr(self, name, client.register_script(source(name)))
+
+    enqueue: Script
+    dequeue: Script
+    delay: Script
+    push_domain: Script
+    release: Script

@@ -1,0 +1,120 @@
+-- dequeue: lease up to N requests of due domains, within each domain's token
+-- bucket and minimum delay, on the server's clock. Also acknowledges leases,
+-- returns expired leases to their queues and releases due delayed requests.
+-- KEYS[1]  base key of the frontier
+-- ARGV[1]  maximum number of requests
+-- ARGV[2]  lease duration, ms
+-- ARGV[3]  default rate, requests per second (0: no token bucket)
+-- ARGV[4]  default burst
+-- ARGV[5]  default minimum delay between two requests to a domain, ms
+-- ARGV[6]  number of lease ids to acknowledge, then the ids
+-- Overrides per domain: JSON {"rate": r, "burst": b, "delay": seconds} in
+-- base:policy (operators, live) else base:policy:settings; a robots.txt
+-- Crawl-delay in base:policy:robots (seconds) raises the delay.
+-- Returns {now_ms, next_due_ms or -1, lease id, record, lease id, record, ...}
+local base = KEYS[1]
+local want = tonumber(ARGV[1])
+local lease_ms = tonumber(ARGV[2])
+local d_rate, d_burst, d_delay = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local acks = read_list(6)
+ack_all(base, acks)
+local now = now_ms()
+local stats = base .. ':stats'
+local ready = base .. ':ready'
+
+local expired = redis.call('ZRANGEBYSCORE', base .. ':leases', '-inf', now, 'LIMIT', 0, 200)
+for _, id in ipairs(expired) do
+  local rec = redis.call('HGET', base .. ':lease', id)
+  redis.call('ZREM', base .. ':leases', id)
+  redis.call('HDEL', base .. ':lease', id)
+  if rec then push_record(base, rec, true, now) end
+end
+if #expired > 0 then redis.call('HINCRBY', stats, 'leases_expired', #expired) end
+
+local due = redis.call('ZRANGEBYSCORE', base .. ':delayed', '-inf', now, 'LIMIT', 0, 500)
+for _, member in ipairs(due) do
+  redis.call('ZREM', base .. ':delayed', member)
+  local cut = string.find(member, '\n', 1, true)
+  push_record(base, string.sub(member, cut + 1), false, now)
+end
+if #due > 0 then redis.call('HINCRBY', stats, 'delayed_released', #due) end
+
+local function policy(domain)
+  local rate, burst, delay = d_rate, d_burst, d_delay
+  local raw = redis.call('HGET', base .. ':policy', domain) or redis.call('HGET', base .. ':policy:settings', domain)
+  if raw then
+    local ok, p = pcall(cjson.decode, raw)
+    if ok and type(p) == 'table' then
+      if type(p.rate) == 'number' then rate = p.rate end
+      if type(p.burst) == 'number' then burst = p.burst end
+      if type(p.delay) == 'number' then delay = p.delay * 1000 end
+    end
+  end
+  local robots = tonumber(redis.call('HGET', base .. ':policy:robots', domain) or '')
+  if robots and robots * 1000 > delay then delay = robots * 1000 end
+  return rate, math.max(burst, 1), delay
+end
+
+local function pop(domain)
+  local qp = base .. ':qp:' .. domain
+  while true do
+    local top = redis.call('ZRANGE', qp, 0, 0)
+    if #top == 0 then return nil end
+    local q = base .. ':q:' .. domain .. ':' .. top[1]
+    local entry = redis.call('LPOP', q)
+    if redis.call('EXISTS', q) == 0 then redis.call('ZREM', qp, top[1]) end
+    if entry then return top[1], entry end
+  end
+end
+
+local out = {now, -1}
+local taken, attempts, denials = 0, 0, 0
+local domains = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, want)
+for _, domain in ipairs(domains) do
+  if taken >= want then break end
+  attempts = attempts + 1
+  local dkey = base .. ':dom:' .. domain
+  local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts')
+  local n = tonumber(st[1] or '0') or 0
+  local rate, burst, delay = policy(domain)
+  local tokens = tonumber(st[2] or '') or burst
+  if rate > 0 then
+    local ts = tonumber(st[3] or '') or now
+    tokens = math.min(burst, tokens + (now - ts) * rate / 1000)
+  end
+  local took = 0
+  while taken < want and n > 0 do
+    if rate > 0 and tokens < 1 then break end
+    local prio, entry = pop(domain)
+    if prio == nil then n = 0; break end
+    n = n - 1
+    tokens = tokens - 1
+    took = took + 1
+    taken = taken + 1
+    local id = tostring(redis.call('INCR', base .. ':seq'))
+    local rec = domain .. '\n' .. prio .. '\n' .. entry
+    redis.call('ZADD', base .. ':leases', now + lease_ms, id)
+    redis.call('HSET', base .. ':lease', id, rec)
+    out[#out + 1] = id
+    out[#out + 1] = rec
+    if delay > 0 then break end
+  end
+  if took == 0 and n > 0 then denials = denials + 1 end
+  local nxt = now
+  if delay > 0 and took > 0 then nxt = now + delay end
+  if rate > 0 and tokens < 1 then nxt = math.max(nxt, now + math.ceil((1 - tokens) * 1000 / rate)) end
+  if rate <= 0 then tokens = burst end
+  redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, 'next', nxt)
+  if n > 0 then
+    redis.call('ZADD', ready, nxt, domain)
+  else
+    redis.call('ZREM', ready, domain)
+  end
+  if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
+end
+if taken > 0 then redis.call('HINCRBY', stats, 'dequeued', taken) end
+if attempts > 0 then redis.call('HINCRBY', stats, 'attempts', attempts) end
+if denials > 0 then redis.call('HINCRBY', stats, 'denials', denials) end
+local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
+if #head > 0 then out[2] = tonumber(head[2]) end
+return out

@@ -1,0 +1,18 @@
+-- release: give leased requests back to the front of their queues now
+-- (a worker closing cleanly hands back what it had not crawled).
+-- KEYS[1]  base key of the frontier
+-- ARGV     lease ids
+-- Returns the number of requests given back
+local base = KEYS[1]
+local now = now_ms()
+local n = 0
+for _, id in ipairs(ARGV) do
+  local rec = redis.call('HGET', base .. ':lease', id)
+  if redis.call('ZREM', base .. ':leases', id) == 1 and rec then
+    redis.call('HDEL', base .. ':lease', id)
+    push_record(base, rec, true, now)
+    n = n + 1
+  end
+end
+if n > 0 then redis.call('HINCRBY', base .. ':stats', 'released', n) end
+return n

@@ -13,6 +13,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 from scrapy.settings import BaseSettings
 
 __all__ = ["RedisUnavailable", "get_redis", "mask_url", "redis_url"]
@@ -57,6 +59,8 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
     """A client for the configured Redis; ``check`` pings it once.
 
     ``REDIS_PARAMS`` (a dict) is passed to redis-py as scrapy-redis does.
+    ``CRAWLER_REDIS_CLUSTER`` makes it a Redis Cluster client (``REDIS_URL``
+    names any one node).
     Raises :class:`RedisUnavailable` with a one-line message naming the URL
     (password masked) when the URL is malformed or the server unreachable.
     """
@@ -70,10 +74,18 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
     kwargs.update(params)
     kwargs.pop("redis_cls", None)
     kwargs.pop("encoding", None)
+    cluster = settings.getbool("CRAWLER_REDIS_CLUSTER", False)
+    if cluster:
+        kwargs.pop("health_check_interval", None)
     try:
-        client = redis.Redis.from_url(url, **kwargs)
+        if cluster:
+            client = RedisCluster.from_url(url, **kwargs)
+        else:
+            client = redis.Redis.from_url(url, **kwargs)
     except (ValueError, TypeError) as exc:
         raise RedisUnavailable(f"invalid REDIS_URL {mask_url(url)}: {exc}") from None
+    except (redis.ConnectionError, RedisClusterException, OSError) as exc:  # a cluster connects at once
+        raise RedisUnavailable(f"cannot connect to Redis at {mask_url(url)}: {_reason(exc)}") from None
     if check:
         try:
             client.ping()
@@ -81,7 +93,7 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
             raise RedisUnavailable(
                 f"Redis at {mask_url(url)} refused the credentials: {exc}"
             ) from None
-        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        except (redis.ConnectionError, redis.TimeoutError, RedisClusterException, OSError) as exc:
             raise RedisUnavailable(
                 f"cannot connect to Redis at {mask_url(url)}: {_reason(exc)}"
             ) from None

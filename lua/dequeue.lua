@@ -23,7 +23,8 @@ local stats = base .. ':stats'
 local ready = base .. ':ready'
 
 local expired = redis.call('ZRANGEBYSCORE', base .. ':leases', '-inf', now, 'LIMIT', 0, 200)
-for _, id in ipairs(expired) do
+for e = #expired, 1, -1 do  -- backwards: pushed to the front, they keep their order
+  local id = expired[e]
   local rec = redis.call('HGET', base .. ':lease', id)
   redis.call('ZREM', base .. ':leases', id)
   redis.call('HDEL', base .. ':lease', id)

@@ -6,7 +6,8 @@
 local base = KEYS[1]
 local now = now_ms()
 local n = 0
-for _, id in ipairs(ARGV) do
+for a = #ARGV, 1, -1 do  -- backwards: pushed to the front, they keep their order
+  local id = ARGV[a]
   local rec = redis.call('HGET', base .. ':lease', id)
   if redis.call('ZREM', base .. ':leases', id) == 1 and rec then
     redis.call('HDEL', base .. ':lease', id)

@@ -102,4 +102,43 @@ def have_redis() -> bool:
         return False
 
 
-__all__ = ["ROOT", "RedisServer", "free_port", "have_redis", "run_scrapy", "scrapy_env"]
+__all__ = ["ROOT", "RedisClusterServers", "RedisServer", "free_port", "have_redis", "run_scrapy", "scrapy_env"]
+
+
+class RedisClusterServers:
+    """``primaries`` redis-server processes in cluster mode, slots split evenly."""
+
+    def __init__(self, workdir: Path, primaries: int = 3) -> None:
+        self.nodes = [
+            RedisServer(Path(workdir) / f"node{i}", "--cluster-enabled", "yes",
+                        "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+            for i in range(primaries)
+        ]
+
+    def start(self, timeout: float = 30) -> RedisClusterServers:
+        for node in self.nodes:
+            node.start()
+        step = 16384 // len(self.nodes)
+        for i, node in enumerate(self.nodes):
+            last = 16383 if i == len(self.nodes) - 1 else (i + 1) * step - 1
+            node.client().execute_command("CLUSTER", "ADDSLOTSRANGE", i * step, last)
+        first = self.nodes[0].client()
+        for node in self.nodes[1:]:
+            first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
+        deadline = time.monotonic() + timeout
+        while True:
+            infos = [n.client().cluster("info") for n in self.nodes]
+            if all(i["cluster_state"] == "ok" and int(i["cluster_known_nodes"]) == len(self.nodes)
+                   for i in infos):
+                return self
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster did not form: {infos}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.nodes[0].port}/0"

@@ -1,0 +1,234 @@
+"""The frontier's Redis side: dedup, queues, politeness, leases, delays, batching."""
+
+from __future__ import annotations
+
+import time
+from hashlib import sha256
+
+import pytest
+import redis
+
+from crawler.scheduler.frontier import Dedup, Frontier, FrontierConfigError, Item, Politeness
+from crawler.scheduler.keys import Keys
+
+
+def item(url: str, domain: str = "a.test", priority: int = 0, dont_filter: bool = False) -> Item:
+    return Item(sha256(url.encode()).digest(), domain, priority, url.encode(), dont_filter)
+
+
+def make(client: redis.Redis, spider: str = "t", **kwargs) -> Frontier:
+    frontier = Frontier(client, Keys("crawler", spider, 0), **kwargs)
+    frontier.open()
+    return frontier
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    return client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+
+
+def drain(frontier: Frontier, n: int = 1000) -> list[bytes]:
+    taken = frontier.take(n)
+    frontier.add([], acks=[x.lease for x in taken.items])
+    return [x.entry for x in taken.items]
+
+
+def test_exact_dedup_is_atomic_test_and_add(redis_client: redis.Redis) -> None:
+    f = make(redis_client)
+    first = f.add([item(f"http://a.test/{i}") for i in range(100)])
+    again = f.add([item(f"http://a.test/{i}") for i in range(50, 150)])
+    assert (first.added, first.duplicates) == (100, 0)
+    assert (again.added, again.duplicates) == (50, 50)
+    within = f.add([item("http://a.test/x"), item("http://a.test/x")])
+    assert (within.added, within.duplicates) == (1, 1)
+    forced = f.add([item("http://a.test/x", dont_filter=True)])
+    assert forced.added == 1
+
+
+def test_exact_buckets_stay_compact_intsets(redis_client: redis.Redis) -> None:
+    f = make(redis_client, dedup=Dedup("exact", capacity=100_000))
+    f.add([item(f"http://a.test/{i}") for i in range(2000)])
+    buckets = list(redis_client.scan_iter(match="crawler:{t:0}:seen:*"))
+    assert 1 < len(buckets) <= 2 ** f.dedup.bucket_bits
+    assert {redis_client.object("encoding", b) for b in buckets} == {b"intset"}
+    assert sum(redis_client.scard(b) for b in buckets) == 2000
+
+
+def test_bloom_false_positive_rate_and_growth(redis_client: redis.Redis) -> None:
+    f = make(redis_client, dedup=Dedup("bloom", capacity=5_000, error_rate=0.01))
+    added = f.add([item(f"http://a.test/in/{i}") for i in range(6_000)]).added
+    assert added >= 5_940  # a few false positives among the first insertions
+    count = int(redis_client.hget("crawler:{t:0}:bloom", "count"))
+    assert count == 2  # full: a second filter was added
+    again = f.add([item(f"http://a.test/in/{i}") for i in range(6_000)])
+    assert again.added == 0  # never a false negative
+    fresh = f.add([item(f"http://a.test/out/{i}") for i in range(20_000)])
+    false_positive_rate = fresh.duplicates / 20_000
+    assert false_positive_rate <= 0.01
+    assert int(redis_client.hget("crawler:{t:0}:bloom", "count")) >= 3
+
+
+def test_dedup_mode_cannot_change_under_a_stored_frontier(redis_client: redis.Redis) -> None:
+    make(redis_client, dedup=Dedup("exact"))
+    with pytest.raises(FrontierConfigError, match="created with CRAWLER_DEDUP='exact'"):
+        make(redis_client, dedup=Dedup("bloom"))
+
+
+def test_priority_first_then_fifo(redis_client: redis.Redis) -> None:
+    f = make(redis_client)
+    f.add([item("low1", priority=-1), item("mid1"), item("high1", priority=5),
+           item("mid2"), item("low2", priority=-1), item("high2", priority=5)])
+    order = []
+    while True:
+        got = drain(f, 1)
+        if not got:
+            break
+        order += got
+    assert order == [b"high1", b"high2", b"mid1", b"mid2", b"low1", b"low2"]
+
+
+def test_per_domain_cap_drops_counts_and_forgets(redis_client: redis.Redis) -> None:
+    f = make(redis_client, domain_cap=3)
+    result = f.add([item(f"hot{i}", "hot.test") for i in range(10)] + [item("cold", "cold.test")])
+    assert (result.added, result.capped) == (4, 7)
+    assert int(redis_client.hget("crawler:{t:0}:stats", "capped")) == 7
+    drain(f)
+    # capped URLs were not marked seen: offered again, they are taken
+    assert f.add([item(f"hot{i}", "hot.test") for i in range(3, 6)]).added == 3
+
+
+def test_one_domain_cannot_starve_the_others(redis_client: redis.Redis) -> None:
+    f = make(redis_client, politeness=Politeness(delay=60))
+    f.add([item(f"hot{i}", "hot.test") for i in range(1000)] + [item("c1", "c1.test"), item("c2", "c2.test")])
+    got = f.take(10)
+    assert sorted(x.domain for x in got.items) == ["c1.test", "c2.test", "hot.test"]
+
+
+def test_minimum_delay_on_the_server_clock(redis_client: redis.Redis) -> None:
+    f = make(redis_client, politeness=Politeness(delay=0.3))
+    f.add([item(f"u{i}") for i in range(3)])
+    stamps = []
+    deadline = time.monotonic() + 5
+    while len(stamps) < 3 and time.monotonic() < deadline:
+        got = f.take(10)
+        assert len(got.items) <= 1
+        if got.items:
+            stamps.append(got.now_ms)
+            assert got.next_due_ms is None or got.next_due_ms >= got.now_ms + 300 or len(stamps) == 3
+        time.sleep(0.01)
+    assert len(stamps) == 3
+    assert min(b - a for a, b in zip(stamps, stamps[1:])) >= 300
+    counters = f.status()["counters"]
+    assert counters.get("denials", 0) == 0  # nothing was popped and pushed back
+
+
+def test_token_bucket_burst_then_rate(redis_client: redis.Redis) -> None:
+    f = make(redis_client, politeness=Politeness(rate=5, burst=3))
+    f.add([item(f"u{i}") for i in range(6)])
+    first = f.take(10)
+    assert len(first.items) == 3  # the burst
+    assert first.next_due_ms - first.now_ms == pytest.approx(200, abs=2)
+    t0, taken = first.now_ms, 3
+    while taken < 6:
+        got = f.take(10)
+        taken += len(got.items)
+        # never more than the burst plus what the rate allows since t0
+        assert taken <= 3 + (got.now_ms - t0) * 5 / 1000
+        time.sleep(0.005)
+
+
+def test_overrides_from_settings_and_live_from_redis(redis_client: redis.Redis) -> None:
+    f = make(redis_client, politeness=Politeness(delay=0), overrides={"slow.test": {"delay": 60}})
+    f.add([item(f"s{i}", "slow.test") for i in range(3)] + [item(f"f{i}", "fast.test") for i in range(3)])
+    got = f.take(10)
+    assert [x.domain for x in got.items].count("slow.test") == 1
+    assert [x.domain for x in got.items].count("fast.test") == 3
+    f.set_policy("slow.test", delay=0)  # an operator lifts it while the crawl runs
+    redis_client.hset(f.keys.dom("slow.test"), "next", 0)
+    redis_client.zadd(f.keys.ready, {"slow.test": 0})
+    assert len(f.take(10).items) == 2
+
+
+def test_robots_crawl_delay_raises_the_delay(redis_client: redis.Redis) -> None:
+    f = make(redis_client, politeness=Politeness(delay=0))
+    f.set_robots_delay("a.test", 30)
+    f.add([item(f"u{i}") for i in range(3)])
+    got = f.take(10)
+    assert len(got.items) == 1 and got.next_due_ms - got.now_ms == 30_000
+
+
+def test_expired_leases_go_back_to_the_front(redis_client: redis.Redis) -> None:
+    f = make(redis_client, lease_seconds=0.3)
+    f.add([item("first"), item("second")])
+    leased = f.take(1)
+    assert [x.entry for x in leased.items] == [b"first"]
+    assert f.pending() == 2
+    time.sleep(0.35)
+    again = f.take(1)  # any worker's dequeue returns expired leases
+    assert [x.entry for x in again.items] == [b"first"]
+    assert f.status()["counters"]["leases_expired"] == 1
+
+
+def test_acknowledged_leases_never_come_back(redis_client: redis.Redis) -> None:
+    f = make(redis_client, lease_seconds=0.2)
+    f.add([item("only")])
+    leased = f.take(5)
+    assert f.add([], acks=[leased.items[0].lease]).acked == 1
+    time.sleep(0.25)
+    assert f.take(5).items == [] and f.pending() == 0
+
+
+def test_release_hands_back_immediately(redis_client: redis.Redis) -> None:
+    f = make(redis_client)
+    f.add([item("a"), item("b")])
+    leased = f.take(5)
+    assert f.release([x.lease for x in leased.items]) == 2
+    assert [x.entry for x in f.take(5).items] == [b"a", b"b"]
+
+
+def test_delayed_requests_wait_on_the_server_clock(redis_client: redis.Redis) -> None:
+    f = make(redis_client)
+    f.add([item("retry-me")])
+    leased = f.take(1).items[0]
+    assert f.delay([(0.4, leased.domain, leased.priority, leased.entry)], acks=[leased.lease]) == 1
+    assert f.status()["leases"] == 0 and f.status()["delayed"] == 1
+    started = time.monotonic()
+    while not (got := f.take(1)).items:
+        time.sleep(0.02)
+    assert time.monotonic() - started >= 0.35
+    assert got.items[0].entry == b"retry-me"
+
+
+def test_push_domain_back(redis_client: redis.Redis) -> None:
+    f = make(redis_client)
+    f.add([item("a1"), item("a2"), item("b1", "b.test")])
+    f.push_domain("a.test", 30)
+    assert [x.domain for x in f.take(10).items] == ["b.test"]
+
+
+def test_batches_are_one_round_trip(redis_client: redis.Redis) -> None:
+    f = make(redis_client)
+    before = evalsha_calls(redis_client)
+    f.add([item(f"u{i}", f"d{i % 50}.test") for i in range(2000)])
+    taken = f.take(50)
+    assert len(taken.items) == 50
+    f.add([], acks=[x.lease for x in taken.items])
+    assert evalsha_calls(redis_client) - before == 3
+
+
+def test_clear_touches_only_this_frontier(redis_client: redis.Redis) -> None:
+    redis_client.set("someone:else", "keep")
+    mine, other = make(redis_client, "mine"), make(redis_client, "other")
+    mine.add([item("x")])
+    other.add([item("y")])
+    assert mine.clear() > 0
+    assert redis_client.get("someone:else") == b"keep"
+    assert other.pending() == 1 and mine.pending() == 0
+    assert all(k.startswith(b"crawler:{") for k in redis_client.keys("*") if k != b"someone:else")
+
+
+def test_keys_share_one_hash_tag() -> None:
+    keys = Keys("crawler", "billion", 3)
+    assert keys.base == "crawler:{billion:3}"
+    assert keys.dom("x.com").startswith("crawler:{billion:3}:")
+    with pytest.raises(ValueError):
+        Keys("crawler", "bad{name}", 0)

@@ -223,6 +223,7 @@ class FrontierScheduler(RedisScheduler):
     def _refill(self) -> None:
         now = time.monotonic()
         if now < self._next_poll:
+            self._wake_engine_in(self._next_poll - now)
             return
         assert self.frontier is not None
         if self.pending:
@@ -235,10 +236,14 @@ class FrontierScheduler(RedisScheduler):
             self._empty_polls = 0
             self._next_poll = 0.0
             return
-        self._empty_polls += 1
-        wait = min(_MAX_POLL_WAIT, 0.02 * 2 ** min(self._empty_polls, 10))
         if result.next_due_ms is not None:
-            wait = min(wait, max(0.0, (result.next_due_ms - result.now_ms) / 1000))
+            # a queued domain is waiting for its turn: come back exactly then
+            wait = max(0.0, (result.next_due_ms - result.now_ms) / 1000)
+        else:
+            # nothing queued here; other workers may add some: back off
+            self._empty_polls += 1
+            wait = 0.02 * 2 ** min(self._empty_polls, 10)
+        wait = min(wait, _MAX_POLL_WAIT)
         self._next_poll = now + wait
         self._wake_engine_in(wait)
 
@@ -246,7 +251,7 @@ class FrontierScheduler(RedisScheduler):
         from twisted.internet import reactor
 
         if self._wakeup is not None and self._wakeup.active():
-            if self._wakeup.getTime() - reactor.seconds() <= seconds:  # type: ignore[attr-defined]
+            if abs(self._wakeup.getTime() - reactor.seconds() - seconds) < 0.005:  # type: ignore[attr-defined]
                 return
             self._wakeup.cancel()
         self._wakeup = reactor.callLater(seconds + 0.001, self._wake_engine)  # type: ignore[attr-defined]

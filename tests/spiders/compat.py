@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from scrapy.http import Response
+from scrapy_redis.spiders import RedisSpider
+from selectolax.lexbor import LexborHTMLParser
+
+
+class RedisStartSpider(RedisSpider):
+    """An ordinary scrapy-redis spider: start URLs from ``<name>:start_urls``."""
+
+    name = "redisstart"
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        for a in LexborHTMLParser(response.body).css("a[href]"):
+            href = a.attributes.get("href")
+            if href and href.startswith("/p/"):
+                yield response.follow(href, callback=self.parse)
+
+
+class BulkSpider(RedisStartSpider):
+    """Hands its links to the frontier as plain URLs, in one call per page."""
+
+    name = "bulk"
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        links = [response.urljoin(a.attributes["href"])
+                 for a in LexborHTMLParser(response.body).css("a[href]") if a.attributes.get("href")]
+        depth = response.meta.get("depth", 0) + 1
+        self.crawler.engine.scheduler.add_urls(links, depth=depth)
+        yield {"url": response.url, "depth": response.meta.get("depth", 0)}
+        return

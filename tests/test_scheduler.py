@@ -1,0 +1,159 @@
+"""The frontier scheduler in real `scrapy crawl` processes, audited from the
+test web's request log and from Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+
+import redis
+
+from crawler.testweb.control import LogEntry, TestWebProcess
+from tests.servers import ROOT, run_scrapy, scrapy_env
+
+SMALL = dict(links=5, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2)
+
+
+def crawl_cmd(web: TestWebProcess, *settings: str, spider: str = "demo") -> list[str]:
+    starts = ",".join(web.url(d) for d in range(web.config.domains))
+    args = [sys.executable, "-m", "scrapy", "crawl", spider]
+    if spider == "demo":
+        args += ["-a", f"start_urls={starts}"]
+    for s in ("CRAWLER_PROGRESS_INTERVAL=0", "SPIDER_MODULES=crawler.spiders,tests.spiders", *settings):
+        args += ["-s", s]
+    return args
+
+
+def start(cmd: list[str], redis_url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(cmd, cwd=ROOT, env=scrapy_env(redis_url), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def page_fetches(log: list[LogEntry]) -> Counter[tuple[str, str]]:
+    return Counter((e.domain, e.path) for e in log if e.path != "/robots.txt")
+
+
+def all_pages(web: TestWebProcess) -> set[tuple[str, str]]:
+    return {(d, f"/p/{k}.html") for d in web.domains for k in range(1, web.config.pages)}
+
+
+def test_two_processes_fetch_every_page_once_and_keep_the_delay(redis_url: str, make_web) -> None:
+    web = make_web(domains=4, pages=12, **SMALL)
+    cmd = crawl_cmd(web, "CRAWLER_DOMAIN_DELAY=0.25")
+    procs = [start(cmd, redis_url) for _ in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outputs):
+        assert p.returncode == 0, err[-3000:]
+    log = web.log()
+    fetches = page_fetches(log)
+    assert all_pages(web) <= set(fetches)
+    assert max(fetches.values()) == 1, [k for k, v in fetches.items() if v > 1]
+    by_domain: dict[str, list[float]] = defaultdict(list)
+    for e in log:
+        if e.path != "/robots.txt":
+            by_domain[e.domain].append(e.ms)
+    gaps = [b - a for times in by_domain.values() for a, b in zip(sorted(times), sorted(times)[1:])]
+    assert min(gaps) >= 250 - 25, sorted(gaps)[:5]  # arrival jitter on loopback
+    both_worked = [json.loads(line.split("crawler/frontier/enqueued': ", 1)[1].split(",", 1)[0])
+                   for _, err in outputs for line in [err] if "crawler/frontier/enqueued" in err]
+    assert len(both_worked) == 2
+
+
+def test_a_killed_worker_loses_nothing(redis_url: str, make_web) -> None:
+    # slow pages keep requests in flight, so the victim dies holding leases
+    web = make_web(domains=3, pages=30, faults={"slow": 0.25}, slow_ms=1500, **SMALL)
+    cmd = crawl_cmd(web, "CRAWLER_DOMAIN_DELAY=0.05", "CRAWLER_LEASE_SECONDS=4", "DOWNLOAD_TIMEOUT=3")
+    victim = start(cmd, redis_url)
+    survivor = start(cmd, redis_url)
+    deadline = time.monotonic() + 30
+    while len(page_fetches(web.log())) < 25 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    out, err = survivor.communicate(timeout=120)
+    assert survivor.returncode == 0, err[-3000:]
+    fetches = page_fetches(web.log())
+    assert all_pages(web) <= set(fetches)  # nothing lost
+    client = redis.Redis.from_url(redis_url)
+    expired = int(client.hget("crawler:{demo:0}:stats", "leases_expired") or 0)
+    assert expired >= 1  # the survivor took over the victim's leases
+    twice = sum(v - 1 for v in fetches.values())
+    assert twice <= expired  # fetched twice: only what the victim had leased
+    assert client.zcard("crawler:{demo:0}:leases") == 0
+    print(f"victim's expired leases: {expired}, pages fetched twice: {twice}")
+
+
+def test_restart_resumes_where_it_stopped(redis_url: str, make_web) -> None:
+    web = make_web(domains=3, pages=20, **SMALL)
+    first = run_scrapy(crawl_cmd(web, "CLOSESPIDER_PAGECOUNT=15")[3:], scrapy_env(redis_url))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "closespider_pagecount" in first.stderr
+    fetched_first = page_fetches(web.log())
+    assert fetched_first and not all_pages(web) <= set(fetched_first)
+    second = run_scrapy(crawl_cmd(web)[3:], scrapy_env(redis_url))
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "Resuming crawl" in second.stderr
+    fetches = page_fetches(web.log())
+    assert all_pages(web) <= set(fetches)
+    refetched = sum(v - 1 for v in fetches.values())
+    assert refetched <= 16  # only what the first run had in flight when it stopped
+
+
+def test_errors_and_refusals_are_acknowledged(redis_url: str, make_web) -> None:
+    web = make_web(domains=2, pages=30, links=6, size_fixed=3000, private_share=0.2,
+                   faults={"404": 0.2, "drop": 0.1, "500": 0.1})
+    started = time.monotonic()
+    result = run_scrapy(crawl_cmd(web, "RETRY_TIMES=1", "CRAWLER_LEASE_SECONDS=120")[3:],
+                        scrapy_env(redis_url))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert time.monotonic() - started < 60  # nothing waited for a lease to expire
+    client = redis.Redis.from_url(redis_url)
+    stats = {k.decode(): int(v) for k, v in client.hgetall("crawler:{demo:0}:stats").items()}
+    assert client.zcard("crawler:{demo:0}:leases") == 0
+    assert stats["acked"] == stats["dequeued"]
+    assert "robotstxt/forbidden" in result.stderr and "404" in result.stderr
+
+
+def test_scrapy_redis_spider_reads_start_urls_and_persist_off_clears(redis_url: str, make_web) -> None:
+    web = make_web(domains=2, pages=10, **SMALL)
+    client = redis.Redis.from_url(redis_url)
+    client.rpush("redisstart:start_urls", *[web.url(d) for d in range(2)])
+    client.set("unrelated:key", "mine")
+    result = run_scrapy(crawl_cmd(web, "SCHEDULER_PERSIST=False", "MAX_IDLE_TIME_BEFORE_CLOSE=1", spider="redisstart")[3:],
+                        scrapy_env(redis_url))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert all_pages(web) <= set(page_fetches(web.log()))
+    assert client.keys("crawler:*") == []  # not persisted
+    assert client.get("unrelated:key") == b"mine"
+
+
+def test_bulk_urls_become_requests_only_when_dequeued(redis_url: str, make_web) -> None:
+    web = make_web(domains=2, pages=15, **SMALL)
+    client = redis.Redis.from_url(redis_url)
+    client.rpush("bulk:start_urls", *[web.url(d) for d in range(2)])
+    result = run_scrapy(crawl_cmd(web, "FEEDS={\"items.jsonl\": {\"format\": \"jsonlines\", \"overwrite\": true}}", "MAX_IDLE_TIME_BEFORE_CLOSE=1",
+                                  spider="bulk")[3:], scrapy_env(redis_url))
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        fetches = page_fetches(web.log())
+        assert all_pages(web) <= set(fetches) and max(fetches.values()) == 1
+        items = [json.loads(line) for line in (ROOT / "items.jsonl").read_text().splitlines()]
+        assert max(i["depth"] for i in items) >= 2  # depth travels with plain URLs
+        assert "scheduler/enqueued/redis': 2," in result.stderr  # only the two start requests
+    finally:
+        (ROOT / "items.jsonl").unlink(missing_ok=True)
+
+
+def test_bad_frontier_setting_is_one_error_line(redis_url: str) -> None:
+    result = run_scrapy(["crawl", "demo", "-a", "start_urls=http://d0.test/", "-s", "CRAWLER_DEDUP=fuzzy"],
+                        scrapy_env(redis_url))
+    assert result.returncode == 1
+    assert result.stderr.strip() == "crawler: error: CRAWLER_DEDUP must be one of exact, bloom, got 'fuzzy'"
+    result = run_scrapy(["crawl", "demo", "-a", "start_urls=http://d0.test/", "-s", "CRAWLER_DOMAIN_DELAY=soon"],
+                        scrapy_env(redis_url))
+    assert result.stderr.strip() == "crawler: error: CRAWLER_DOMAIN_DELAY must be a number >= 0, got 'soon'"

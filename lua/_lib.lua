@@ -58,3 +58,16 @@ local function read_list(start)
   for i = 1, n do out[i] = ARGV[start + i] end
   return out, start + n + 1
 end
+
+-- A new Bloom filter <idx> for <cap> URLs at error rate <p>, allocated at its
+-- exact size at once (SETBIT would grow the string greedily, up to twice).
+local function bloom_new_filter(base, idx, cap, p)
+  local meta = base .. ':bloom'
+  local m = math.ceil(cap * -math.log(p) / (math.log(2) ^ 2))
+  m = math.ceil(m / 8) * 8
+  local k = math.max(1, math.floor(m / cap * math.log(2) + 0.5))
+  redis.call('SET', meta .. ':' .. idx, string.rep('\0', m / 8))
+  redis.call('HSET', meta, 'm' .. idx, m, 'k' .. idx, k, 'cap' .. idx, cap, 'n' .. idx, 0,
+             'p' .. idx, p, 'count', idx + 1)
+  return {m = m, k = k, cap = cap, n = 0, p = p, key = meta .. ':' .. idx}
+end

@@ -42,15 +42,9 @@ local function bloom_test_add(h1, h2)
   local meta = base .. ':bloom'
   redis.call('HINCRBY', meta, 'n' .. (#bloom - 1), 1)
   if f.n >= f.cap then
-    -- full: a new filter twice as large with half the error rate, so the
-    -- compound false-positive rate stays below the configured one
-    local idx = #bloom
-    local ncap, np = f.cap * 2, f.p / 2
-    local m = math.ceil(ncap * -math.log(np) / (math.log(2) ^ 2))
-    local k = math.max(1, math.floor(m / ncap * math.log(2) + 0.5))
-    redis.call('HSET', meta, 'm' .. idx, m, 'k' .. idx, k, 'cap' .. idx, ncap, 'n' .. idx, 0,
-               'p' .. idx, np, 'count', idx + 1)
-    bloom[idx + 1] = {m = m, k = k, cap = ncap, n = 0, p = np, key = meta .. ':' .. idx}
+    -- full: a new filter twice as large at a tenth of the error rate; the
+    -- first holds 0.9 of the configured rate, so the sum of all stays below it
+    bloom[#bloom + 1] = bloom_new_filter(base, #bloom, f.cap * 2, f.p / 10)
   end
   return true
 end

@@ -157,3 +157,35 @@ def test_bad_frontier_setting_is_one_error_line(redis_url: str) -> None:
     result = run_scrapy(["crawl", "demo", "-a", "start_urls=http://d0.test/", "-s", "CRAWLER_DOMAIN_DELAY=soon"],
                         scrapy_env(redis_url))
     assert result.stderr.strip() == "crawler: error: CRAWLER_DOMAIN_DELAY must be a number >= 0, got 'soon'"
+
+
+def test_flush_on_start_forgets_the_previous_crawl(redis_url: str, make_web) -> None:
+    web = make_web(domains=1, pages=5, **SMALL)
+    for _ in range(2):
+        result = run_scrapy(crawl_cmd(web, "SCHEDULER_FLUSH_ON_START=True")[3:], scrapy_env(redis_url))
+        assert result.returncode == 0, result.stderr[-3000:]
+    fetches = page_fetches(web.log())
+    assert set(fetches.values()) == {2}  # every page again: nothing was remembered
+
+
+def test_idle_before_close_waits_for_work_from_other_workers(redis_url: str, make_web) -> None:
+    from hashlib import sha256
+
+    from crawler.scheduler import codec
+    from crawler.scheduler.frontier import Frontier, Item
+    from crawler.scheduler.keys import Keys
+
+    web = make_web(domains=1, pages=3, links=1, size_fixed=2000, cross_share=0, dup_share=0,
+                   private_share=0)
+    proc = start(crawl_cmd(web, "SCHEDULER_IDLE_BEFORE_CLOSE=6"), redis_url)
+    deadline = time.monotonic() + 30
+    while len(page_fetches(web.log())) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1)  # the crawl is now idle, but must stay open
+    assert proc.poll() is None
+    late = web.url(0, "/moved/2.html")
+    other = Frontier(redis.Redis.from_url(redis_url), Keys("crawler", "demo", 0))
+    other.add([Item(sha256(late.encode()).digest(), "d0.test", 0, codec.encode_url(late))])
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-3000:]
+    assert ("d0.test", "/moved/2.html") in page_fetches(web.log())

@@ -136,12 +136,11 @@ class Frontier:
             )
         if bits != self.dedup.bucket_bits:
             self.dedup = Dedup(self.dedup.mode, self.dedup.capacity, self.dedup.error_rate, bits)
-        if self.dedup.mode == "bloom" and not self.client.hexists(self.keys.bloom, "count"):
-            cap, p = self.dedup.capacity, self.dedup.error_rate / 2
-            m = math.ceil(cap * -math.log(p) / math.log(2) ** 2)
-            k = max(1, round(m / cap * math.log(2)))
-            self.client.hset(self.keys.bloom, mapping={
-                "count": 1, "m0": m, "k0": k, "cap0": cap, "n0": 0, "p0": repr(p)})
+        if self.dedup.mode == "bloom":
+            # 0.9 of the rate for the first filter; each filter added as it fills
+            # is twice as large at a tenth of the rate: the sum stays below it
+            self.scripts.bloom_init(keys=[self.keys.base],
+                                    args=[self.dedup.capacity, repr(self.dedup.error_rate * 0.9)])
         pipe = self.client.pipeline(transaction=False)
         pipe.delete(self.keys.policy_settings)
         if self.overrides:

@@ -24,7 +24,7 @@ def source(name: str) -> str:
 
 
 class Scripts:
-    NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release")
+    NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init")
 
     def __init__(self, client: redis.Redis) -> None:
         for name in self.NAMES:
@@ -35,3 +35,4 @@ class Scripts:
     delay: Script
     push_domain: Script
     release: Script
+    bloom_init: Script

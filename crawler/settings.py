@@ -20,8 +20,22 @@ SCHEDULER = "crawler.scheduler.FrontierScheduler"
 REQUEST_FINGERPRINTER_CLASS = "crawler.scheduler.fingerprint.Fingerprinter"
 DUPEFILTER_CLASS = "scrapy.dupefilters.BaseDupeFilter"
 SCHEDULER_PERSIST = True
-SPIDER_MIDDLEWARES = {"crawler.scheduler.acks.FrontierAckSpiderMiddleware": 10}
-DOWNLOADER_MIDDLEWARES = {"crawler.scheduler.acks.FrontierAckDownloaderMiddleware": 1}
+SPIDER_MIDDLEWARES = {
+    "crawler.scheduler.acks.FrontierAckSpiderMiddleware": 10,
+    "crawler.middlewares.deadletter.DeadLetterSpiderMiddleware": 20,
+}
+DOWNLOADER_MIDDLEWARES = {
+    "crawler.scheduler.acks.FrontierAckDownloaderMiddleware": 1,
+    "crawler.middlewares.deadletter.DeadLetterMiddleware": 50,
+    "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware": None,
+    "crawler.middlewares.robots.SharedRobotsMiddleware": 100,
+    "scrapy.downloadermiddlewares.useragent.UserAgentMiddleware": None,
+    "crawler.middlewares.useragent.ContactUserAgentMiddleware": 500,
+    "scrapy.downloadermiddlewares.retry.RetryMiddleware": None,
+    "crawler.middlewares.backoff.BackoffMiddleware": 550,
+    "crawler.middlewares.sizecap.SizeCapMiddleware": 580,
+    "crawler.middlewares.lock.DomainLockMiddleware": 950,
+}
 CRAWLER_DEDUP = "exact"
 CRAWLER_DOMAIN_RATE = 0.0
 CRAWLER_DOMAIN_BURST = 1
@@ -33,7 +47,9 @@ TWISTED_DNS_RESOLVER = "crawler.resolver.HostMapResolver"
 CRAWLER_HOST_MAP = {"*.test": "127.0.0.1"}
 
 ROBOTSTXT_OBEY = True
-USER_AGENT = "crawler/0.1 (+https://github.com/; polite Redis-coordinated crawler)"
+# "{contact}" is filled from CRAWLER_CONTACT (a URL or an e-mail address)
+USER_AGENT = "crawler/0.1 (+{contact})"
+CRAWLER_CONTACT = os.environ.get("CRAWLER_CONTACT", "")
 CONCURRENT_REQUESTS = 64
 CONCURRENT_REQUESTS_PER_DOMAIN = 8
 DOWNLOAD_TIMEOUT = 30

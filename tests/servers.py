@@ -22,6 +22,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster-bus port (port + 10000) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
 class RedisServer:
     """A redis-server on 127.0.0.1:<free port>, data in ``workdir``."""
 
@@ -111,7 +125,8 @@ class RedisClusterServers:
     def __init__(self, workdir: Path, primaries: int = 3) -> None:
         self.nodes = [
             RedisServer(Path(workdir) / f"node{i}", "--cluster-enabled", "yes",
-                        "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+                        "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000",
+                        port=free_cluster_port())
             for i in range(primaries)
         ]
 

@@ -53,7 +53,7 @@ def test_shards_spread_over_the_nodes(cluster: RedisClusterServers) -> None:
 def test_scrapy_crawl_on_the_cluster(cluster: RedisClusterServers, make_web) -> None:
     from tests.servers import run_scrapy, scrapy_env
 
-    web = make_web(domains=3, pages=8, links=4, size_fixed=3000, private_share=0)
+    web = make_web(domains=3, pages=8, links=4, size_fixed=3000, private_share=0, crawl_delay_share=0)
     starts = ",".join(web.url(d) for d in range(3))
     result = run_scrapy(["crawl", "demo", "-a", f"start_urls={starts}", "-s", "CRAWLER_REDIS_CLUSTER=True",
                          "-s", "CRAWLER_KEY_PREFIX=clustertest"], scrapy_env(cluster.url))

@@ -10,7 +10,7 @@ from tests.servers import ROOT, run_scrapy, scrapy_env
 
 
 def test_demo_spider_crawls_the_whole_web_and_obeys_robots(redis_url: str, make_web) -> None:
-    web = make_web(domains=3, pages=15, links=6, size_fixed=4000, private_share=0.2,
+    web = make_web(domains=3, pages=15, links=6, size_fixed=4000, private_share=0.2, crawl_delay_share=0,
                    dup_share=0, cross_share=0.2)
     starts = ",".join(web.url(d) for d in range(3))
     result = run_scrapy(["crawl", "demo", "-a", f"start_urls={starts}",

@@ -99,7 +99,7 @@ def test_command_line_status_and_stop(state_dir: Path) -> None:
 
 
 def test_scrapy_crawl_without_redis_url_uses_the_embedded_server(state_dir: Path, make_web) -> None:
-    web = make_web(domains=1, pages=3, size_fixed=3000, links=3, cross_share=0, dup_share=0,
+    web = make_web(domains=1, pages=3, size_fixed=3000, links=3, cross_share=0, dup_share=0, crawl_delay_share=0,
                    private_share=0)
     env = scrapy_env(None, CRAWLER_STATE_DIR=str(state_dir))
     try:

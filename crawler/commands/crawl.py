@@ -13,6 +13,7 @@ import sys
 from scrapy.commands.crawl import Command as ScrapyCrawl
 
 from crawler.connection import RedisUnavailable, get_redis, redis_url
+from crawler.middlewares.lock import lock_ttl
 from crawler.scheduler.config import FrontierSettings, SettingsError
 
 
@@ -22,9 +23,28 @@ class Command(ScrapyCrawl):
         assert self.settings is not None
         try:
             FrontierSettings.from_settings(self.settings)
+            lock_ttl(self.settings)
+            self._check_contact(args)
             url = redis_url(self.settings)
             self.settings.set("REDIS_URL", url, priority="cmdline")
             get_redis(self.settings).close()
         except (SettingsError, RedisUnavailable, FileNotFoundError, RuntimeError) as exc:
             print(f"crawler: error: {exc}", file=sys.stderr)
             sys.exit(1)
+
+    def _check_contact(self, args: list[str]) -> None:
+        """Spiders of the open web (``requires_contact``) need CRAWLER_CONTACT."""
+        if not args or not self.crawler_process:
+            return
+        try:
+            spidercls = self.crawler_process.spider_loader.load(args[0])
+        except KeyError:
+            return  # Scrapy reports unknown spiders itself
+        if getattr(spidercls, "requires_contact", False) and not str(
+            self.settings.get("CRAWLER_CONTACT") or ""
+        ).strip():
+            raise SettingsError(
+                f"the {args[0]} spider crawls the open web: set CRAWLER_CONTACT to a URL or "
+                "e-mail address where site owners can reach you (-s CRAWLER_CONTACT=... or the "
+                "environment variable)"
+            )

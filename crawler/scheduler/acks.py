@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
 from scrapy.exceptions import NotConfigured
-from scrapy.utils.misc import load_object
 
+from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.scheduler.codec import LEASE
 
 if TYPE_CHECKING:
@@ -24,23 +24,15 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 
-def _uses_frontier(crawler: Crawler) -> bool:
-    from crawler.scheduler.scheduler import FrontierScheduler
-
-    scheduler = crawler.settings.get("SCHEDULER")
-    cls = load_object(scheduler) if isinstance(scheduler, str) else scheduler
-    return isinstance(cls, type) and issubclass(cls, FrontierScheduler)
-
-
 class _Acker:
     def __init__(self, crawler: Crawler) -> None:
-        if not _uses_frontier(crawler):
+        if not uses_frontier(crawler):
             raise NotConfigured("SCHEDULER is not the frontier scheduler")
         self.crawler = crawler
 
     def ack(self, request: Request) -> None:
-        scheduler = self.crawler.engine.scheduler if self.crawler.engine else None
-        if scheduler is not None and hasattr(scheduler, "ack"):
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is not None:
             scheduler.ack(request)
 
 

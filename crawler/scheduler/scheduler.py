@@ -33,6 +33,7 @@ from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet import task
 
 from crawler.connection import get_redis
+from crawler.deadletters import DeadLetter, DeadLetters
 from crawler.scheduler import codec
 from crawler.scheduler.canonical import Canonicalizer
 from crawler.scheduler.config import FrontierSettings
@@ -48,6 +49,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _MAX_POLL_WAIT = 1.0  # seconds between dequeue attempts while nothing is due
+
+#: request.meta key: seconds the request must wait in the delayed set
+DELAY = "crawler_delay"
 
 
 class FrontierScheduler(RedisScheduler):
@@ -68,6 +72,7 @@ class FrontierScheduler(RedisScheduler):
         self.buffer: deque[Leased] = deque()
         self.pending: list[Item] = []
         self.pending_acks: list[str] = []
+        self.pending_delays: list[tuple[float, Item, str | None]] = []
         self.inflight: set[str] = set()
         self._next_poll = 0.0
         self._empty_polls = 0
@@ -98,6 +103,9 @@ class FrontierScheduler(RedisScheduler):
         if self.flush_on_start:
             self.frontier.clear()
         self.frontier.open()
+        self.dead_letters = DeadLetters(
+            self.server, keys, self.crawler.settings.getint("CRAWLER_DLQ_MAX", 100_000)
+        )
         queued = len(self)
         if queued:
             logger.info("Resuming crawl of frontier %s (%d requests queued)", keys.base, queued)
@@ -143,11 +151,17 @@ class FrontierScheduler(RedisScheduler):
                 self.pending_acks.append(lease)
             return False
         digest = self.crawler.request_fingerprinter.fingerprint(request)
-        self.pending.append(
-            Item(digest, domain_of(request.url), request.priority, entry, request.dont_filter)
-        )
-        if lease is not None:
-            self.pending_acks.append(lease)
+        item = Item(digest, domain_of(request.url), request.priority, entry, request.dont_filter)
+        delay = request.meta.pop(DELAY, None)
+        if delay is not None:
+            # a retry or a request that must wait: into the delayed set, where
+            # the wait happens on the Redis server's clock, not in a worker
+            self.pending_delays.append((float(delay), item, lease))
+            self._inc("crawler/frontier/delayed")
+        else:
+            self.pending.append(item)
+            if lease is not None:
+                self.pending_acks.append(lease)
         self._inc("scheduler/enqueued/redis")
         if len(self.pending) >= self.config.batch:
             self.flush_pending()
@@ -175,6 +189,24 @@ class FrontierScheduler(RedisScheduler):
             self.flush_pending()
         return offered
 
+    def push_domain(self, url: str, seconds: float) -> None:
+        """No request to the domain of ``url`` before ``seconds`` from now."""
+        assert self.frontier is not None
+        self.frontier.push_domain(domain_of(url), seconds)
+        self._inc("crawler/frontier/domain_pushbacks")
+
+    def dead_letter(self, request: Request | str, reason: str, *, status: int | None = None,
+                    exception: BaseException | str | None = None) -> None:
+        """Record a request given up on in the dead-letter queue."""
+        assert self.spider is not None and self.frontier is not None
+        url = request if isinstance(request, str) else request.url
+        attempts = 1 if isinstance(request, str) else int(request.meta.get("crawler_attempts", 1))
+        if isinstance(exception, BaseException):
+            exception = type(exception).__name__
+        self.dead_letters.add([DeadLetter(url, reason, status, exception, attempts,
+                                          spider=self.spider.name, shard=self.frontier.keys.shard)])
+        self._inc(f"crawler/dlq/{reason}")
+
     def ack(self, request: Request) -> None:
         """The request is done; its lease is released with the next round trip."""
         lease = request.meta.pop(codec.LEASE, None)
@@ -183,10 +215,17 @@ class FrontierScheduler(RedisScheduler):
             self.pending_acks.append(lease)
 
     def flush_pending(self) -> None:
-        """Store buffered requests and acknowledgements: one round trip."""
+        """Store buffered requests and acknowledgements: one round trip
+        (two when requests wait for the delayed set)."""
+        assert self.frontier is not None
+        if self.pending_delays:
+            delays, self.pending_delays = self.pending_delays, []
+            self.frontier.delay(
+                [(seconds, i.domain, i.priority, i.entry) for seconds, i, _ in delays],
+                acks=[lease for _, _, lease in delays if lease is not None],
+            )
         if not self.pending and not self.pending_acks:
             return
-        assert self.frontier is not None
         items, acks = self.pending, self.pending_acks
         self.pending, self.pending_acks = [], []
         result = self.frontier.add(items, acks)
@@ -226,7 +265,7 @@ class FrontierScheduler(RedisScheduler):
             self._wake_engine_in(self._next_poll - now)
             return
         assert self.frontier is not None
-        if self.pending:
+        if self.pending or self.pending_delays:
             self.flush_pending()
         acks, self.pending_acks = self.pending_acks, []
         result = self.frontier.take(self.config.prefetch, acks)
@@ -264,7 +303,7 @@ class FrontierScheduler(RedisScheduler):
     # --- state -----------------------------------------------------------
 
     def has_pending_requests(self) -> bool:
-        if self.buffer or self.pending:
+        if self.buffer or self.pending or self.pending_delays:
             return True
         now = time.monotonic()
         if now - self._pending_checked < 0.25:

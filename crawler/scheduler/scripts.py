@@ -24,7 +24,7 @@ def source(name: str) -> str:
 
 
 class Scripts:
-    NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init")
+    NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock")
 
     def __init__(self, client: redis.Redis) -> None:
         for name in self.NAMES:
@@ -36,3 +36,5 @@ class Scripts:
     push_domain: Script
     release: Script
     bloom_init: Script
+    lock: Script
+    unlock: Script

@@ -1,0 +1,123 @@
+"""Retries with exponential backoff and jitter, replacing RetryMiddleware.
+
+Retryable: the exceptions of ``RETRY_EXCEPTIONS`` (timeouts, DNS and
+connection errors, ...), HTTP 429 and every 5xx. Attempt *n* waits
+``min(CRAWLER_BACKOFF_MAX, CRAWLER_BACKOFF_BASE * 2 ** n) + uniform(0,
+CRAWLER_BACKOFF_JITTER)`` seconds, or the response's ``Retry-After`` (seconds
+or an HTTP date, capped at ``CRAWLER_RETRY_AFTER_MAX``) when that is longer.
+The wait happens in the frontier's delayed set, not in the worker. A 429 or
+503 also pushes the whole domain back by that wait. After
+``CRAWLER_MAX_ATTEMPTS`` attempts the request goes to the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING
+
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.misc import load_object
+
+from crawler.middlewares.sizecap import ROBOTS
+from crawler.scheduler.access import frontier_scheduler, uses_frontier
+from crawler.scheduler.scheduler import DELAY
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+logger = logging.getLogger(__name__)
+
+ATTEMPTS = "crawler_attempts"
+DEAD = "crawler_dead_lettered"  # already recorded in the dead-letter queue
+PUSH_DOMAIN = (429, 503)
+
+
+def parse_retry_after(value: bytes | None, now: float | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date)."""
+    if not value:
+        return None
+    text = value.decode("latin-1").strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+class BackoffMiddleware:
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        if not settings.getbool("CRAWLER_BACKOFF_ENABLED", True):
+            raise NotConfigured
+        if not uses_frontier(crawler):
+            raise NotConfigured("BackoffMiddleware needs the frontier scheduler")
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.base = settings.getfloat("CRAWLER_BACKOFF_BASE", 1.0)
+        self.max = settings.getfloat("CRAWLER_BACKOFF_MAX", 600.0)
+        self.jitter = settings.getfloat("CRAWLER_BACKOFF_JITTER", 1.0)
+        self.retry_after_max = settings.getfloat("CRAWLER_RETRY_AFTER_MAX", 3600.0)
+        self.max_attempts = settings.getint("CRAWLER_MAX_ATTEMPTS", 4)
+        if self.base < 0 or self.max < 0 or self.jitter < 0 or self.max_attempts < 1:
+            raise ValueError("CRAWLER_BACKOFF_BASE, _MAX, _JITTER must be >= 0 and CRAWLER_MAX_ATTEMPTS >= 1")
+        self.exceptions = tuple(
+            load_object(e) if isinstance(e, str) else e for e in settings.getlist("RETRY_EXCEPTIONS")
+        )
+        self.random = random.Random()  # seeded from os.urandom: each worker its own pattern
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> BackoffMiddleware:
+        return cls(crawler)
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        wait = min(self.max, self.base * 2**attempt)
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.retry_after_max))
+        return wait + self.random.uniform(0, self.jitter)
+
+    def process_response(self, request: Request, response: Response) -> Request | Response:
+        status = response.status
+        if request.meta.get("dont_retry") or request.meta.get(ROBOTS):
+            return response
+        if status != 429 and not 500 <= status <= 599:
+            return response
+        retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
+        retry = self._retry(request, f"http_{status}", status, retry_after,
+                            push_domain=status in PUSH_DOMAIN)
+        return retry or response
+
+    def process_exception(self, request: Request, exception: Exception) -> Request | None:
+        if request.meta.get("dont_retry") or request.meta.get(ROBOTS):
+            return None
+        if not isinstance(exception, self.exceptions):
+            return None
+        return self._retry(request, type(exception).__name__, None, None, exception=exception)
+
+    def _retry(self, request: Request, reason: str, status: int | None, retry_after: float | None,
+               *, push_domain: bool = False, exception: Exception | None = None) -> Request | None:
+        attempts = int(request.meta.get(ATTEMPTS, 1))
+        scheduler = frontier_scheduler(self.crawler)
+        if attempts >= self.max_attempts:
+            self.stats.inc_value("crawler/backoff/exhausted")
+            logger.info("Gave up on %s after %d attempts (%s)", request, attempts, reason)
+            if scheduler is not None:
+                scheduler.dead_letter(request, "retries_exhausted", status=status, exception=exception)
+            request.meta[DEAD] = True
+            return None
+        wait = self.delay(attempts, retry_after)
+        if push_domain and scheduler is not None:
+            scheduler.push_domain(request.url, wait)
+        self.stats.inc_value("crawler/backoff/retries")
+        self.stats.inc_value(f"crawler/backoff/reason/{reason}")
+        logger.debug("Retrying %s in %.2fs (attempt %d, %s)", request, wait, attempts + 1, reason)
+        retry = request.replace(dont_filter=True)
+        retry.meta[ATTEMPTS] = attempts + 1
+        retry.meta[DELAY] = wait
+        return retry

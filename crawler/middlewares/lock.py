@@ -1,0 +1,122 @@
+"""A distributed lock per domain, for domains that allow no concurrency.
+
+Domains matching ``CRAWLER_LOCK_DOMAINS`` (shell patterns of registered
+domains or hosts), or listed in the Redis set ``<base>:lockdomains`` (editable
+while the crawl runs), are fetched by one request at a time across every
+process: ``SET <base>:lock:<domain> <token> NX PX <ttl>``, released only by
+its owner (``lua/unlock.lua``). A request whose domain is locked goes back to
+the frontier's delayed set for a jittered ``CRAWLER_LOCK_WAIT``; nothing
+sleeps. The ttl (``CRAWLER_LOCK_TTL``, default ``DOWNLOAD_TIMEOUT`` + 30 s)
+must cover the worst-case download. Locks that expire unreleased are
+counted as stale locks (``crawler/lock/stale``).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
+
+from scrapy.exceptions import NotConfigured
+
+from crawler.middlewares.sizecap import ROBOTS
+from crawler.scheduler.access import frontier_scheduler, uses_frontier
+from crawler.scheduler.config import SettingsError
+from crawler.scheduler.domains import domain_of, host_of
+from crawler.scheduler.scheduler import DELAY
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from scrapy.settings import BaseSettings
+
+TOKEN = "crawler_lock"
+_REFRESH = 5.0  # seconds between reads of the live lock-domain set
+
+
+def lock_ttl(settings: BaseSettings) -> float:
+    """``CRAWLER_LOCK_TTL``, checked against ``DOWNLOAD_TIMEOUT``."""
+    timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
+    ttl = settings.getfloat("CRAWLER_LOCK_TTL", 0.0) or timeout + 30
+    if ttl <= timeout:
+        raise SettingsError(
+            f"CRAWLER_LOCK_TTL ({ttl:g}) must exceed DOWNLOAD_TIMEOUT ({timeout:g}): "
+            "a lock must outlive the download it guards"
+        )
+    return ttl
+
+
+class DomainLockMiddleware:
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        if not settings.getbool("CRAWLER_LOCK_ENABLED", True) or not uses_frontier(crawler):
+            raise NotConfigured
+        self.crawler = crawler
+        self.stats = crawler.stats
+        self.ttl_ms = int(lock_ttl(settings) * 1000)
+        self.wait = settings.getfloat("CRAWLER_LOCK_WAIT", 1.0)
+        self.patterns = [p.lower() for p in settings.getlist("CRAWLER_LOCK_DOMAINS")]
+        self.live: set[str] = set()
+        self.live_read = 0.0
+        self.random = random.Random()
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> DomainLockMiddleware:
+        return cls(crawler)
+
+    def needs_lock(self, host: str, domain: str) -> bool:
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is None:
+            return False
+        now = time.monotonic()
+        if now - self.live_read > _REFRESH:
+            members = scheduler.server.smembers(scheduler.frontier.keys.key("lockdomains"))
+            self.live = {m.decode().lower() for m in members}
+            self.live_read = now
+        if domain in self.live or host in self.live:
+            return True
+        return any(fnmatchcase(domain, p) or fnmatchcase(host, p) for p in self.patterns)
+
+    def process_request(self, request: Request) -> Request | None:
+        if request.meta.get(ROBOTS):
+            return None
+        host = host_of(request.url).lower()
+        domain = domain_of(request.url)
+        if not self.needs_lock(host, domain):
+            return None
+        scheduler = frontier_scheduler(self.crawler)
+        assert scheduler is not None and scheduler.frontier is not None
+        token = uuid.uuid4().hex
+        taken, stale = scheduler.frontier.scripts.lock(
+            keys=[scheduler.frontier.keys.base], args=[domain, token, self.ttl_ms]
+        )
+        if stale:
+            self.stats.inc_value("crawler/lock/stale", int(stale))
+        if taken:
+            request.meta[TOKEN] = (domain, token)
+            self.stats.inc_value("crawler/lock/acquired")
+            return None
+        self.stats.inc_value("crawler/lock/busy")
+        wait = self.wait * self.random.uniform(0.5, 1.5)
+        again = request.replace(dont_filter=True)
+        again.meta[DELAY] = wait
+        return again
+
+    def release(self, request: Request) -> None:
+        held = request.meta.pop(TOKEN, None)
+        scheduler = frontier_scheduler(self.crawler)
+        if held is None or scheduler is None or scheduler.frontier is None:
+            return
+        released = scheduler.frontier.scripts.unlock(keys=[scheduler.frontier.keys.base], args=list(held))
+        if not released:
+            self.stats.inc_value("crawler/lock/lost")
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self.release(request)
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        self.release(request)

@@ -1,0 +1,80 @@
+"""Size cap and content filter.
+
+Bodies are cut at ``CRAWLER_MAX_PAGE_BYTES`` (250,000): the download stops
+(``StopDownload(fail=False)``) once that many bytes have arrived, and the
+body is trimmed to exactly that many bytes and flagged ``truncated``
+(``response.meta["crawler_truncated"]`` is True). With ``CRAWLER_HTML_ONLY``,
+a response whose Content-Type is not HTML is stopped at its headers and
+never downloaded. robots.txt requests have their own limit (500 KiB) and
+are never filtered by type.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured, StopDownload
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.crawler import Crawler
+    from scrapy.http import Headers, Response
+
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+ROBOTS_MAX_BYTES = 500 * 1024
+TRUNCATED = "crawler_truncated"
+ROBOTS = "crawler_robots"  # meta flag of robots.txt requests
+
+
+class SizeCapMiddleware:
+    def __init__(self, crawler: Crawler) -> None:
+        settings = crawler.settings
+        if not settings.getbool("CRAWLER_SIZECAP_ENABLED", True):
+            raise NotConfigured
+        self.max_bytes = settings.getint("CRAWLER_MAX_PAGE_BYTES", 250_000)
+        if self.max_bytes <= 0:
+            raise ValueError(f"CRAWLER_MAX_PAGE_BYTES must be > 0, got {self.max_bytes}")
+        self.html_only = settings.getbool("CRAWLER_HTML_ONLY", True)
+        self.stats = crawler.stats
+        self.received: dict[int, int] = {}
+        crawler.signals.connect(self.headers_received, signal=signals.headers_received)
+        crawler.signals.connect(self.bytes_received, signal=signals.bytes_received)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> SizeCapMiddleware:
+        return cls(crawler)
+
+    def limit(self, request: Request) -> int:
+        if request.meta.get(ROBOTS):
+            return ROBOTS_MAX_BYTES
+        return int(request.meta.get("crawler_max_page_bytes", self.max_bytes))
+
+    def headers_received(self, headers: Headers, body_length: int, request: Request, **kwargs: Any) -> None:
+        if not self.html_only or request.meta.get(ROBOTS) or request.meta.get("crawler_any_type"):
+            return
+        content_type = (headers.get(b"Content-Type") or b"").decode("latin-1").split(";")[0].strip().lower()
+        if content_type and content_type not in HTML_TYPES:
+            self.stats.inc_value("crawler/skipped/non_html")
+            raise StopDownload(fail=True)
+
+    def bytes_received(self, data: bytes, request: Request, **kwargs: Any) -> None:
+        key = id(request)
+        total = self.received.get(key, 0) + len(data)
+        self.received[key] = total
+        self.stats.inc_value("crawler/bytes_received", len(data))
+        if total >= self.limit(request):
+            self.received.pop(key, None)
+            raise StopDownload(fail=False)
+
+    def process_response(self, request: Request, response: Response) -> Response:
+        self.received.pop(id(request), None)
+        limit = self.limit(request)
+        if len(response.body) > limit or "download_stopped" in response.flags:
+            self.stats.inc_value("crawler/truncated")
+            request.meta[TRUNCATED] = True
+            return response.replace(body=response.body[:limit], flags=[*response.flags, "truncated"])
+        return response
+
+    def process_exception(self, request: Request, exception: Exception) -> None:
+        self.received.pop(id(request), None)

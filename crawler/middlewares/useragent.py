@@ -1,0 +1,37 @@
+"""A User-Agent that names the crawler and how to reach its operator.
+
+``USER_AGENT`` may contain ``{contact}``, filled from ``CRAWLER_CONTACT`` (a URL
+or an e-mail address): ``crawler/0.1 (+{contact})``. Without a contact the
+parentheses are dropped. Replaces Scrapy's UserAgentMiddleware.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+
+def user_agent(settings: BaseSettings) -> str:
+    template = str(settings.get("USER_AGENT") or "crawler")
+    contact = str(settings.get("CRAWLER_CONTACT") or "").strip()
+    if "{contact}" not in template:
+        return template
+    if contact:
+        return template.replace("{contact}", contact)
+    return template.replace(" (+{contact})", "").replace("{contact}", "").strip()
+
+
+def product_token(agent: str) -> str:
+    """``crawler/0.1 (+https://x)`` -> ``crawler``: what robots.txt groups match."""
+    return agent.split("/", 1)[0].split(" ", 1)[0] or agent
+
+
+class ContactUserAgentMiddleware(UserAgentMiddleware):
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ContactUserAgentMiddleware:
+        return cls(user_agent(crawler.settings))

@@ -25,6 +25,8 @@ from crawler.testweb.config import WebConfig
 from crawler.testweb.control import TestWebProcess
 
 SPIDER = "demo"
+DEMO_FAULTS = {"404": 0.01, "410": 0.005, "429": 0.005, "503": 0.005, "slow": 0.005,
+               "drop": 0.002, "big": 0.02, "pdf": 0.01}
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args.output.mkdir(parents=True, exist_ok=True)
     stats_file = args.output / "stats.json"
     stats_file.unlink(missing_ok=True)
-    config = WebConfig(domains=args.domains, pages=args.pages, faults={"404": 0.01, "503": 0.005})
+    config = WebConfig(domains=args.domains, pages=args.pages, faults=DEMO_FAULTS)
     with TestWebProcess(config) as web:
         starts = ",".join(web.url(d, "/") for d in range(config.domains))
         print(f"demo: test web on 127.0.0.1:{web.port}, {config.domains} domains "
@@ -63,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             "-s", f"CLOSESPIDER_TIMEOUT={args.seconds}",
             "-s", "CRAWLER_PROGRESS_INTERVAL=5",
             "-s", "SCHEDULER_FLUSH_ON_START=True",  # a fresh frontier each run
+            "-s", "CRAWLER_BACKOFF_BASE=0.5",
             "-s", f"CRAWLER_STATS_FILE={stats_file}",
             "-s", f"LOG_FILE={args.output / 'crawl.log'}",
             "-s", "LOG_FILE_APPEND=False",
@@ -115,7 +118,13 @@ def _summary(stats: dict[str, object], elapsed: float, served: int, output: Path
     print(f"  pages fetched        {pages} in {elapsed:.0f}s ({pages / max(elapsed, 1e-9):.1f} pages/s)")
     print(f"  domains              {get('crawler/domains_seen')}")
     print(f"  duplicates skipped   {duplicates(stats)}")  # type: ignore[arg-type]
-    print(f"  robots.txt forbidden {get('robotstxt/forbidden')}")
+    print(f"  robots.txt forbidden {get('crawler/robots/disallowed')} "
+          f"(robots.txt fetched {get('crawler/robots/fetched')} times)")
+    print(f"  retries              {get('crawler/backoff/retries')} "
+          f"(gave up {get('crawler/backoff/exhausted')})")
+    dead = sum(v for k, v in stats.items() if k.startswith("crawler/dlq/") and isinstance(v, int))
+    print(f"  dead letters         {dead} (scrapy dlq {SPIDER} --counts)")
+    print(f"  truncated at 250 KB  {get('crawler/truncated')}; non-HTML skipped {get('crawler/skipped/non_html')}")
     print(f"  errors               {errors} (HTTP >= 400 and download failures)")
     print(f"  requests served      {served} (test web's own log)")
     print(f"  finish reason        {stats.get('finish_reason')}")

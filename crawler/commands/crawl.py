@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from scrapy.commands.crawl import Command as ScrapyCrawl
+from scrapy.spiderloader import get_spider_loader
 
 from crawler.connection import RedisUnavailable, get_redis, redis_url
 from crawler.middlewares.lock import lock_ttl
@@ -34,10 +35,10 @@ class Command(ScrapyCrawl):
 
     def _check_contact(self, args: list[str]) -> None:
         """Spiders of the open web (``requires_contact``) need CRAWLER_CONTACT."""
-        if not args or not self.crawler_process:
+        if not args:
             return
         try:
-            spidercls = self.crawler_process.spider_loader.load(args[0])
+            spidercls = get_spider_loader(self.settings).load(args[0])
         except KeyError:
             return  # Scrapy reports unknown spiders itself
         if getattr(spidercls, "requires_contact", False) and not str(

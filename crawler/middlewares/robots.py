@@ -178,6 +178,9 @@ class SharedRobotsMiddleware:
         if delay is None:
             return
         capped = min(delay, self.max_delay)
-        scheduler.frontier.set_robots_delay(domain_of(origin + "/"), capped)
+        domain = domain_of(origin + "/")
+        scheduler.frontier.set_robots_delay(domain, capped)
+        # the request that asked for robots.txt is about to go: the next one waits
+        scheduler.frontier.push_domain(domain, capped)
         self.stats.inc_value("crawler/robots/crawl_delays")
         logger.info("robots.txt of %s asks a Crawl-delay of %gs (applied: %gs)", origin, delay, capped)

@@ -42,4 +42,5 @@ class DemoSpider(scrapy.Spider):
             links += 1
             yield response.follow(href, callback=self.parse)
         self.crawler.stats.inc_value("crawler/requests_offered", links)
-        yield {"url": response.url, "status": response.status, "links": links}
+        yield {"url": response.url, "status": response.status, "links": links,
+               "bytes": len(response.body), "truncated": "truncated" in response.flags}

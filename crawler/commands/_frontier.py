@@ -1,0 +1,34 @@
+"""What the frontier commands (``dlq``, ``frontier``) share: finding a frontier."""
+
+from __future__ import annotations
+
+import argparse
+
+import redis
+from scrapy.exceptions import UsageError
+from scrapy.settings import BaseSettings
+
+from crawler.connection import RedisUnavailable, get_redis, mask_url, redis_url
+from crawler.scheduler.config import FrontierSettings, SettingsError
+from crawler.scheduler.keys import Keys
+
+
+def add_frontier_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--shard", type=int, default=None, help="shard number (default: CRAWLER_SHARD)")
+
+
+def open_frontier(settings: BaseSettings, spider: str, shard: int | None) -> tuple[redis.Redis, Keys]:
+    """The client and keys of an existing frontier; UsageError if there is none."""
+    try:
+        config = FrontierSettings.from_settings(settings)
+        client = get_redis(settings)
+    except (SettingsError, RedisUnavailable) as exc:
+        raise UsageError(str(exc), print_help=False) from None
+    if shard is not None and shard < 0:
+        raise UsageError(f"--shard must be >= 0, got {shard}", print_help=False)
+    keys = Keys(config.prefix, spider, config.shard if shard is None else shard)
+    if not client.exists(keys.meta):
+        raise UsageError(
+            f"no frontier {keys.base} in Redis at {mask_url(redis_url(settings))} "
+            "(unknown spider or shard?)", print_help=False)
+    return client, keys

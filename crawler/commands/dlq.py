@@ -1,0 +1,87 @@
+"""``scrapy dlq <spider>``: list, count, requeue and purge dead letters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from crawler.commands._frontier import add_frontier_options, open_frontier
+from crawler.deadletters import DeadLetters
+from crawler.scheduler import codec
+from crawler.scheduler.canonical import canonicalize
+from crawler.scheduler.domains import domain_of
+from crawler.scheduler.fingerprint import url_fingerprint
+from crawler.scheduler.frontier import Frontier, Item
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "<spider> [--reason R] [--domain D] [--limit N] [--counts | --requeue | --purge] [--json]"
+
+    def short_desc(self) -> str:
+        return "List, count, requeue or purge a frontier's dead letters"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        add_frontier_options(parser)
+        parser.add_argument("--reason", help="only letters with this reason (e.g. http_404)")
+        parser.add_argument("--domain", help="only letters of this registered domain or host")
+        parser.add_argument("--limit", type=int, default=50, help="letters to list (default 50, 0: all)")
+        action = parser.add_mutually_exclusive_group()
+        action.add_argument("--counts", action="store_true", help="count letters by reason")
+        action.add_argument("--requeue", action="store_true", help="put the matching URLs back in the frontier")
+        action.add_argument("--purge", action="store_true", help="delete the matching letters")
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if len(args) != 1:
+            raise UsageError("give exactly one spider name")
+        if opts.limit < 0:
+            raise UsageError(f"--limit must be >= 0, got {opts.limit}", print_help=False)
+        assert self.settings is not None
+        client, keys = open_frontier(self.settings, args[0], opts.shard)
+        letters = DeadLetters(client, keys)
+        if opts.counts:
+            counts = letters.counts()
+            if opts.json:
+                print(json.dumps(dict(counts), sort_keys=True))
+            else:
+                for reason, count in counts.most_common():
+                    print(f"{count:8d}  {reason}")
+                print(f"{sum(counts.values()):8d}  total")
+            return
+        selected = letters.select(opts.reason, opts.domain)
+        if opts.purge:
+            removed = letters.remove(raw for raw, _ in selected)
+            print(json.dumps({"purged": removed}) if opts.json else f"purged {removed} dead letters")
+            return
+        if opts.requeue:
+            frontier = Frontier(client, keys)
+            items = []
+            for _, letter in selected:
+                url = canonicalize(letter.url)
+                items.append(Item(url_fingerprint(url), domain_of(url), 0, codec.encode_url(url), True))
+            added = frontier.add(items).added if items else 0
+            letters.remove(raw for raw, _ in selected)
+            print(json.dumps({"requeued": added}) if opts.json else f"requeued {added} URLs")
+            return
+        shown = selected if opts.limit == 0 else selected[: opts.limit]
+        if opts.json:
+            print(json.dumps([asdict(letter) for _, letter in shown]))
+            return
+        for _, letter in shown:
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(letter.time))
+            status = letter.status if letter.status is not None else "-"
+            detail = f" {letter.exception}" if letter.exception else ""
+            print(f"{when}  {letter.reason:18s} {status!s:>4}  x{letter.attempts}  {letter.url}{detail}")
+        if len(shown) < len(selected):
+            print(f"... {len(selected) - len(shown)} more (--limit 0 lists all)")

@@ -193,6 +193,9 @@ def test_non_html_is_stopped_at_the_headers(redis_url: str, make_web) -> None:
     received = int(result.stderr.split("'crawler/bytes_received': ")[1].split(",")[0])
     assert pdfs >= 1 and skipped == pdfs
     assert received < 1_000_000  # not even one PDF came in whole
+    # dropped in process_response, where no process_exception looks: the sweep acknowledged them
+    assert redis.Redis.from_url(redis_url).zcard("crawler:{demo:0}:leases") == 0
+    assert "crawler/frontier/acked_by_sweep" in result.stderr
 
 
 def test_parse_errors_are_dead_letters_and_the_dlq_command(redis_url: str, make_web) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
-from scrapy.exceptions import NotConfigured, StopDownload
+from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -25,6 +25,7 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 ROBOTS_MAX_BYTES = 500 * 1024
 TRUNCATED = "crawler_truncated"
 ROBOTS = "crawler_robots"  # meta flag of robots.txt requests
+NON_HTML = "crawler_non_html"
 
 
 class SizeCapMiddleware:
@@ -55,8 +56,8 @@ class SizeCapMiddleware:
             return
         content_type = (headers.get(b"Content-Type") or b"").decode("latin-1").split(";")[0].strip().lower()
         if content_type and content_type not in HTML_TYPES:
-            self.stats.inc_value("crawler/skipped/non_html")
-            raise StopDownload(fail=True)
+            request.meta[NON_HTML] = content_type
+            raise StopDownload(fail=False)
 
     def bytes_received(self, data: bytes, request: Request, **kwargs: Any) -> None:
         key = id(request)
@@ -69,6 +70,9 @@ class SizeCapMiddleware:
 
     def process_response(self, request: Request, response: Response) -> Response:
         self.received.pop(id(request), None)
+        if request.meta.get(NON_HTML):
+            self.stats.inc_value("crawler/skipped/non_html")
+            raise IgnoreRequest(f"not HTML ({request.meta[NON_HTML]}): not downloaded")
         limit = self.limit(request)
         if len(response.body) > limit or "download_stopped" in response.flags:
             self.stats.inc_value("crawler/truncated")

@@ -73,7 +73,7 @@ class FrontierScheduler(RedisScheduler):
         self.pending: list[Item] = []
         self.pending_acks: list[str] = []
         self.pending_delays: list[tuple[float, Item, str | None]] = []
-        self.inflight: set[str] = set()
+        self.inflight: dict[str, Request] = {}  # lease -> the request it covers
         self._next_poll = 0.0
         self._empty_polls = 0
         self._pending_checked = -1.0
@@ -111,7 +111,7 @@ class FrontierScheduler(RedisScheduler):
             logger.info("Resuming crawl of frontier %s (%d requests queued)", keys.base, queued)
         else:
             logger.info("Frontier %s opened", keys.base)
-        self._flusher = task.LoopingCall(self.flush_pending)
+        self._flusher = task.LoopingCall(self._tick)
         self._flusher.start(self.config.flush_interval, now=False)
 
     def close(self, reason: str) -> None:
@@ -121,7 +121,7 @@ class FrontierScheduler(RedisScheduler):
             self._wakeup.cancel()
         assert self.frontier is not None
         self.flush_pending()
-        unfinished = [leased.lease for leased in self.buffer] + sorted(self.inflight)
+        unfinished = [leased.lease for leased in self.buffer] + list(self.inflight)
         given_back = self.frontier.release(unfinished)
         if given_back:
             logger.info("Handed %d unfinished requests back to the frontier", given_back)
@@ -141,7 +141,7 @@ class FrontierScheduler(RedisScheduler):
         assert self.spider is not None
         lease = request.meta.pop(codec.LEASE, None)
         if lease is not None:
-            self.inflight.discard(lease)  # a retry or redirect of a leased request
+            self.inflight.pop(lease, None)  # a retry or redirect of a leased request
         try:
             entry = codec.encode(request, self.spider)
         except (TypeError, ValueError) as exc:
@@ -210,9 +210,35 @@ class FrontierScheduler(RedisScheduler):
     def ack(self, request: Request) -> None:
         """The request is done; its lease is released with the next round trip."""
         lease = request.meta.pop(codec.LEASE, None)
-        if lease is not None and lease in self.inflight:
-            self.inflight.discard(lease)
+        if lease is not None and self.inflight.pop(lease, None) is not None:
             self.pending_acks.append(lease)
+
+    def _tick(self) -> None:
+        self._sweep_finished()
+        self.flush_pending()
+
+    def _sweep_finished(self) -> None:
+        """Acknowledge leased requests the engine is done with.
+
+        The middlewares acknowledge what they see; a request can also end
+        where none of them looks (an ``IgnoreRequest`` raised in some
+        ``process_response``, a filter). A leased request that is neither
+        downloading nor being scraped is finished.
+        """
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None)
+        scraper_slot = getattr(getattr(engine, "scraper", None), "slot", None)
+        if not self.inflight or slot is None or scraper_slot is None:
+            return
+        busy = {id(r) for r in getattr(slot, "inprogress", ())}
+        busy.update(id(r) for r in getattr(scraper_slot, "active", ()))
+        busy.update(id(entry[1]) for entry in getattr(scraper_slot, "queue", ()))
+        done = [lease for lease, request in self.inflight.items() if id(request) not in busy]
+        for lease in done:
+            del self.inflight[lease]
+        if done:
+            self.pending_acks.extend(done)
+            self._inc("crawler/frontier/acked_by_sweep", len(done))
 
     def flush_pending(self) -> None:
         """Store buffered requests and acknowledgements: one round trip
@@ -255,7 +281,7 @@ class FrontierScheduler(RedisScheduler):
             self.pending_acks.append(leased.lease)
             return None
         request.meta[codec.LEASE] = leased.lease
-        self.inflight.add(leased.lease)
+        self.inflight[leased.lease] = request
         self._inc("scheduler/dequeued/redis")
         return request
 

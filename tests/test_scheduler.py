@@ -68,18 +68,21 @@ def test_a_killed_worker_loses_nothing(redis_url: str, make_web) -> None:
     # slow pages keep requests in flight, so the victim dies holding leases
     web = make_web(domains=3, pages=30, faults={"slow": 0.25}, slow_ms=1500, **SMALL)
     cmd = crawl_cmd(web, "CRAWLER_DOMAIN_DELAY=0.05", "CRAWLER_LEASE_SECONDS=4", "DOWNLOAD_TIMEOUT=3")
+    client = redis.Redis.from_url(redis_url)
     victim = start(cmd, redis_url)
-    survivor = start(cmd, redis_url)
     deadline = time.monotonic() + 30
-    while len(page_fetches(web.log())) < 25 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # alone, so the leases in Redis are the victim's
+    while time.monotonic() < deadline and not (
+        len(page_fetches(web.log())) >= 10 and client.zcard("crawler:{demo:0}:leases") >= 2
+    ):
+        time.sleep(0.02)
     victim.send_signal(signal.SIGKILL)
+    survivor = start(cmd, redis_url)
     victim.wait()
     out, err = survivor.communicate(timeout=120)
     assert survivor.returncode == 0, err[-3000:]
     fetches = page_fetches(web.log())
     assert all_pages(web) <= set(fetches)  # nothing lost
-    client = redis.Redis.from_url(redis_url)
     expired = int(client.hget("crawler:{demo:0}:stats", "leases_expired") or 0)
     assert expired >= 1  # the survivor took over the victim's leases
     twice = sum(v - 1 for v in fetches.values())

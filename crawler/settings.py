@@ -61,5 +61,6 @@ LOG_LEVEL = "INFO"
 EXTENSIONS = {
     "crawler.extensions.progress.Progress": 500,
     "crawler.extensions.statsfile.StatsFile": 510,
+    "crawler.extensions.warc.WarcExtension": 520,
 }
 CRAWLER_PROGRESS_INTERVAL = 10.0

@@ -9,6 +9,8 @@
 --   base:seen:<bucket>   set    exact dedup (intset of 64-bit digest slices)
 --   base:bloom, base:bloom:<i>   Bloom filter metadata and bit arrays
 --   base:policy, base:policy:settings, base:policy:robots   per-domain politeness overrides
+--   base:excluded        set    domains never to fetch (site owners' opt-out), live
+--   base:inbox           list   requests forwarded by other shards, "<a>\n<b>\n<record>"
 --   base:stats           hash   counters;  base:seq  string, id counter
 -- A record is "<domain>\n<priority>\n<serialized request>".
 
@@ -70,4 +72,102 @@ local function bloom_new_filter(base, idx, cap, p)
   redis.call('HSET', meta, 'm' .. idx, m, 'k' .. idx, k, 'cap' .. idx, cap, 'n' .. idx, 0,
              'p' .. idx, p, 'count', idx + 1)
   return {m = m, k = k, cap = cap, n = 0, p = p, key = meta .. ':' .. idx}
+end
+
+-- Offering requests to the frontier: per-domain exclusion, budget and cap,
+-- then dedup (exact or Bloom), then the push. Shared by enqueue and
+-- drain_inbox. new_offer(...).one(a, b, domain, prio, entry, filter) per
+-- request, then .finish() -> {added, duplicates, capped, over_budget, excluded}.
+local function new_offer(base, mode, cap, budget)
+  local now = now_ms()
+  local bloom = nil
+  local counts, totals = {}, {}
+  local added, dups, capped, over, excluded = 0, 0, 0, 0, 0
+  local excluded_set = {}
+
+  local function bloom_load()
+    local meta = base .. ':bloom'
+    local count = tonumber(redis.call('HGET', meta, 'count') or '0')
+    local filters = {}
+    for f = 0, count - 1 do
+      local v = redis.call('HMGET', meta, 'm' .. f, 'k' .. f, 'cap' .. f, 'n' .. f, 'p' .. f)
+      filters[#filters + 1] = {m = tonumber(v[1]), k = tonumber(v[2]), cap = tonumber(v[3]),
+                               n = tonumber(v[4]), p = tonumber(v[5]), key = meta .. ':' .. f}
+    end
+    return filters
+  end
+
+  local function bloom_test_add(h1, h2)
+    if bloom == nil then bloom = bloom_load() end
+    for _, f in ipairs(bloom) do
+      local all = true
+      for j = 0, f.k - 1 do
+        if redis.call('GETBIT', f.key, (h1 + j * h2) % f.m) == 0 then all = false; break end
+      end
+      if all then return false end
+    end
+    local f = bloom[#bloom]
+    for j = 0, f.k - 1 do redis.call('SETBIT', f.key, (h1 + j * h2) % f.m, 1) end
+    f.n = f.n + 1
+    redis.call('HINCRBY', base .. ':bloom', 'n' .. (#bloom - 1), 1)
+    if f.n >= f.cap then
+      -- full: a new filter twice as large at a tenth of the error rate; the
+      -- first holds 0.9 of the configured rate, so the sum of all stays below it
+      bloom[#bloom + 1] = bloom_new_filter(base, #bloom, f.cap * 2, f.p / 10)
+    end
+    return true
+  end
+
+  local self = {}
+  function self.one(a, b, domain, prio, entry, filter)
+    local ex = excluded_set[domain]
+    if ex == nil then
+      ex = redis.call('SISMEMBER', base .. ':excluded', domain) == 1
+      excluded_set[domain] = ex
+    end
+    if ex then excluded = excluded + 1; return end
+    local n = counts[domain]
+    if n == nil then
+      local st = redis.call('HMGET', base .. ':dom:' .. domain, 'n', 'admitted')
+      n = tonumber(st[1] or '0') or 0
+      totals[domain] = tonumber(st[2] or '0') or 0
+    end
+    -- neither capped nor over-budget URLs are marked seen: offered again
+    -- once there is room, they are taken
+    if budget > 0 and totals[domain] >= budget then
+      over = over + 1
+    elseif cap > 0 and n >= cap then
+      capped = capped + 1
+    else
+      local new = true
+      if filter == '1' then
+        if mode == 'exact' then
+          new = redis.call('SADD', base .. ':seen:' .. a, b) == 1
+        elseif mode == 'bloom' then
+          new = bloom_test_add(tonumber(a), tonumber(b))
+        end
+      end
+      if new then
+        push(base, domain, prio, entry, false, now)
+        redis.call('HINCRBY', base .. ':dom:' .. domain, 'admitted', 1)
+        n = n + 1
+        totals[domain] = totals[domain] + 1
+        added = added + 1
+      else
+        dups = dups + 1
+      end
+    end
+    counts[domain] = n
+  end
+
+  function self.finish()
+    local stats = base .. ':stats'
+    if added > 0 then redis.call('HINCRBY', stats, 'enqueued', added) end
+    if dups > 0 then redis.call('HINCRBY', stats, 'duplicates', dups) end
+    if capped > 0 then redis.call('HINCRBY', stats, 'capped', capped) end
+    if over > 0 then redis.call('HINCRBY', stats, 'over_budget', over) end
+    if excluded > 0 then redis.call('HINCRBY', stats, 'excluded', excluded) end
+    return {added, dups, capped, over, excluded}
+  end
+  return self
 end

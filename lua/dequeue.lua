@@ -70,11 +70,23 @@ end
 
 local out = {now, -1}
 local taken, attempts, denials = 0, 0, 0
-local domains = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, want)
-for _, domain in ipairs(domains) do
-  if taken >= want then break end
-  attempts = attempts + 1
-  local dkey = base .. ':dom:' .. domain
+
+-- excluded while queued: its requests are dropped, never fetched
+local function drop_excluded(domain, dkey)
+  if redis.call('SISMEMBER', base .. ':excluded', domain) == 0 then return false end
+  local dropped = tonumber(redis.call('HGET', dkey, 'n') or '0') or 0
+  for _, prio in ipairs(redis.call('ZRANGE', base .. ':qp:' .. domain, 0, -1)) do
+    redis.call('DEL', base .. ':q:' .. domain .. ':' .. prio)
+  end
+  redis.call('DEL', base .. ':qp:' .. domain)
+  redis.call('HSET', dkey, 'n', 0)
+  redis.call('ZREM', ready, domain)
+  redis.call('HINCRBY', stats, 'queued', -dropped)
+  redis.call('HINCRBY', stats, 'excluded_dropped', dropped)
+  return true
+end
+
+local function serve(domain, dkey)
   local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts')
   local n = tonumber(st[1] or '0') or 0
   local rate, burst, delay = policy(domain)
@@ -112,6 +124,14 @@ for _, domain in ipairs(domains) do
     redis.call('ZREM', ready, domain)
   end
   if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
+end
+
+local domains = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, want)
+for _, domain in ipairs(domains) do
+  if taken >= want then break end
+  attempts = attempts + 1
+  local dkey = base .. ':dom:' .. domain
+  if not drop_excluded(domain, dkey) then serve(domain, dkey) end
 end
 if taken > 0 then redis.call('HINCRBY', stats, 'dequeued', taken) end
 if attempts > 0 then redis.call('HINCRBY', stats, 'attempts', attempts) end

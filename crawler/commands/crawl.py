@@ -8,6 +8,7 @@ ends the command with one error line, not a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from scrapy.commands.crawl import Command as ScrapyCrawl
@@ -25,7 +26,7 @@ class Command(ScrapyCrawl):
         try:
             FrontierSettings.from_settings(self.settings)
             lock_ttl(self.settings)
-            self._check_contact(args)
+            self._check_spider(args, opts)
             url = redis_url(self.settings)
             self.settings.set("REDIS_URL", url, priority="cmdline")
             get_redis(self.settings).close()
@@ -33,14 +34,21 @@ class Command(ScrapyCrawl):
             print(f"crawler: error: {exc}", file=sys.stderr)
             sys.exit(1)
 
-    def _check_contact(self, args: list[str]) -> None:
-        """Spiders of the open web (``requires_contact``) need CRAWLER_CONTACT."""
+    def _check_spider(self, args: list[str], opts: argparse.Namespace) -> None:
+        """A spider module's ``check_arguments(**spargs)`` is run, and spiders of
+        the open web (``requires_contact``) need CRAWLER_CONTACT."""
         if not args:
             return
         try:
             spidercls = get_spider_loader(self.settings).load(args[0])
         except KeyError:
             return  # Scrapy reports unknown spiders itself
+        check = getattr(importlib.import_module(spidercls.__module__), "check_arguments", None)
+        if check is not None:
+            try:
+                check(**opts.spargs)
+            except ValueError as exc:
+                raise SettingsError(str(exc)) from None
         if getattr(spidercls, "requires_contact", False) and not str(
             self.settings.get("CRAWLER_CONTACT") or ""
         ).strip():

@@ -77,6 +77,7 @@ class SharedRobotsMiddleware:
         self.agent = settings.get("ROBOTSTXT_USER_AGENT") or product_token(user_agent(settings))
         self.local: dict[str, tuple[Rules, float]] = {}  # origin -> (rules, monotonic expiry)
         self.fetching: dict[str, asyncio.Future[Rules]] = {}
+        crawler.shared_robots = self  # type: ignore[attr-defined]  # for link filters: known_disallowed()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SharedRobotsMiddleware:
@@ -92,6 +93,13 @@ class SharedRobotsMiddleware:
         if not rules.allowed(request.url):
             self.stats.inc_value("crawler/robots/disallowed")
             raise IgnoreRequest("Forbidden by robots.txt")
+
+    def known_disallowed(self, url: str) -> bool:
+        """True if the host's rules are known here and refuse ``url``: a link
+        that need not be queued (it would spend a politeness slot for nothing)."""
+        parts = urlsplit(url)
+        cached = self.local.get(f"{parts.scheme}://{parts.netloc}")
+        return cached is not None and not cached[0].allowed(url)
 
     async def rules(self, origin: str) -> Rules:
         cached = self.local.get(origin)

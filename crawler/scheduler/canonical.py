@@ -13,12 +13,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ada_url import parse_url
+from ada_url import normalize_url
 
 DEFAULT_TRACKING = ("utm_*", "gclid", "fbclid", "mc_cid", "mc_eid")
 
 _ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
-_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# unreserved characters, decoded where escaped; not ".", which could form a
+# dot segment that a second parse would resolve
+_UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_~")
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -47,25 +49,32 @@ class Canonicalizer:
         return name in self.exact or name.startswith(self.prefixes)
 
     def __call__(self, url: str) -> str:
-        parts = parse_url(url)
-        scheme = parts["protocol"]
-        if scheme not in ("http:", "https:"):
-            href = parts["href"]
-            return href[: len(href) - len(parts["hash"])] if parts["hash"] else href
-        path = _normalise_escapes(parts["pathname"]) or "/"
-        query = parts["search"][1:]
+        return self.from_whatwg(normalize_url(url))
+
+    def from_whatwg(self, href: str) -> str:
+        """The canonical form of a URL already serialised by a WHATWG parser
+        (``ada_url.normalize_url`` or ``join_url``): string work only."""
+        cut = href.find("#")
+        if cut >= 0:
+            href = href[:cut]
+        if not href.startswith(("http://", "https://")):
+            return href
+        cut = href.find("?")
+        query = ""
+        if cut >= 0:
+            href, query = href[:cut], href[cut + 1 :]
+        if "%" in href:
+            href = _normalise_escapes(href)
         if query:
             params = [
                 _normalise_escapes(p)
                 for p in query.split("&")
                 if p and not self.is_tracking(p.split("=", 1)[0])
             ]
-            params.sort()
-            query = "&".join(params)
-        userinfo = ""
-        if parts["username"] or parts["password"]:
-            userinfo = parts["username"] + (":" + parts["password"] if parts["password"] else "") + "@"
-        return f"{scheme}//{userinfo}{parts['host']}{path}{'?' + query if query else ''}"
+            if params:
+                params.sort()
+                return href + "?" + "&".join(params)
+        return href
 
 
 canonicalize = Canonicalizer()

@@ -44,6 +44,15 @@ def _overrides(settings: BaseSettings) -> dict[str, dict[str, float]]:
     return result
 
 
+def _shard_urls(settings: BaseSettings) -> dict[int, str]:
+    name = "CRAWLER_SHARD_REDIS_URLS"
+    try:
+        raw = settings.getdict(name)
+        return {int(k): str(v) for k, v in raw.items()}
+    except (TypeError, ValueError):
+        raise SettingsError(f"{name} must be a dict of shard number -> REDIS_URL") from None
+
+
 @dataclass(frozen=True)
 class FrontierSettings:
     prefix: str
@@ -52,6 +61,9 @@ class FrontierSettings:
     politeness: Politeness
     overrides: dict[str, dict[str, float]]
     domain_cap: int
+    domain_budget: int
+    forward: bool
+    shard_urls: dict[int, str]
     lease_seconds: float
     prefetch: int
     batch: int
@@ -94,6 +106,9 @@ class FrontierSettings:
             ),
             overrides=_overrides(settings),
             domain_cap=_number(settings, "CRAWLER_DOMAIN_QUEUE_CAP", 100_000, integer=True),
+            domain_budget=_number(settings, "CRAWLER_DOMAIN_BUDGET", 0, integer=True),
+            forward=settings.getbool("CRAWLER_FORWARD_LINKS", True),
+            shard_urls=_shard_urls(settings),
             lease_seconds=lease,
             prefetch=_number(settings, "CRAWLER_PREFETCH", settings.getint("CONCURRENT_REQUESTS", 16),
                              minimum=1, integer=True),

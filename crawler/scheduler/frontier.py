@@ -51,6 +51,8 @@ class AddResult:
     duplicates: int = 0
     capped: int = 0
     acked: int = 0
+    over_budget: int = 0
+    excluded: int = 0
 
 
 @dataclass
@@ -111,6 +113,7 @@ class Frontier:
         politeness: Politeness | None = None,
         overrides: dict[str, dict[str, float]] | None = None,
         domain_cap: int = 0,
+        domain_budget: int = 0,
         lease_seconds: float = 180.0,
     ) -> None:
         self.client = client
@@ -119,6 +122,7 @@ class Frontier:
         self.politeness = politeness or Politeness()
         self.overrides = overrides or {}
         self.domain_cap = domain_cap
+        self.domain_budget = domain_budget
         self.lease_ms = int(lease_seconds * 1000)
         self.scripts = Scripts(client)
 
@@ -151,12 +155,18 @@ class Frontier:
     # --- the hot path ----------------------------------------------------
 
     def add(self, items: Sequence[Item], acks: Iterable[str] = ()) -> AddResult:
-        args: list[Any] = [self.dedup.mode, self.domain_cap, *_ids(acks)]
+        args: list[Any] = [self.dedup.mode, self.domain_cap, self.domain_budget, *_ids(acks)]
         for item in items:
             a, b = self.dedup.args(item.digest)
             args += (a, b, item.domain, item.priority, item.entry, "0" if item.dont_filter else "1")
-        added, dups, capped, acked = self.scripts.enqueue(keys=[self.keys.base], args=args)
-        return AddResult(added, dups, capped, acked)
+        added, dups, capped, acked, over, excluded = self.scripts.enqueue(keys=[self.keys.base], args=args)
+        return AddResult(added, dups, capped, acked, over, excluded)
+
+    def drain_inbox(self, n: int = 1000) -> tuple[int, AddResult]:
+        """Move up to ``n`` requests forwarded by other shards into this frontier."""
+        moved, added, dups, capped, over, excluded = self.scripts.drain_inbox(
+            keys=[self.keys.base], args=[self.dedup.mode, self.domain_cap, self.domain_budget, n])
+        return int(moved), AddResult(added, dups, capped, 0, over, excluded)
 
     def take(self, n: int, acks: Iterable[str] = ()) -> TakeResult:
         p = self.politeness
@@ -194,6 +204,11 @@ class Frontier:
         """Live override, e.g. ``set_policy("example.com", delay=5, rate=0.5)``."""
         self.client.hset(self.keys.policy, domain, json.dumps(policy))
 
+    def exclude(self, domains: Iterable[str]) -> int:
+        """Never fetch these domains again; their queued requests are dropped."""
+        domains = [d.strip().lower() for d in domains if d.strip()]
+        return int(self.client.sadd(self.keys.key("excluded"), *domains)) if domains else 0
+
     def set_robots_delay(self, domain: str, seconds: float) -> None:
         self.client.hset(self.keys.policy_robots, domain, repr(float(seconds)))
 
@@ -223,13 +238,14 @@ class Frontier:
         }
 
     def pending(self) -> int:
-        """Requests queued, delayed or leased (by any worker)."""
+        """Requests queued, delayed, leased (by any worker) or in the inbox."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(self.keys.stats, "queued")
         pipe.zcard(self.keys.delayed)
         pipe.zcard(self.keys.leases)
-        queued, delayed, leases = pipe.execute()
-        return int(queued or 0) + delayed + leases
+        pipe.llen(self.keys.key("inbox"))
+        queued, delayed, leases, inbox = pipe.execute()
+        return int(queued or 0) + delayed + leases + inbox
 
     def clear(self) -> int:
         """Delete every key of this frontier; returns how many."""

@@ -29,6 +29,8 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import redis
+from scrapy.settings import Settings
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet import task
 
@@ -39,8 +41,9 @@ from crawler.scheduler.canonical import Canonicalizer
 from crawler.scheduler.config import FrontierSettings
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
-from crawler.scheduler.frontier import Frontier, Item, Leased
+from crawler.scheduler.frontier import AddResult, Dedup, Frontier, Item, Leased
 from crawler.scheduler.keys import Keys
+from crawler.sharding import shard_of
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -73,6 +76,10 @@ class FrontierScheduler(RedisScheduler):
         self.pending: list[Item] = []
         self.pending_acks: list[str] = []
         self.pending_delays: list[tuple[float, Item, str | None]] = []
+        self.shards = 1
+        self.outbox: dict[int, list[bytes]] = {}  # other shard -> forwarded records
+        self._shard_links: dict[int, tuple[redis.Redis, Keys, Dedup]] = {}
+        self._next_drain = 0.0
         self.inflight: dict[str, Request] = {}  # lease -> the request it covers
         self._next_poll = 0.0
         self._empty_polls = 0
@@ -92,12 +99,14 @@ class FrontierScheduler(RedisScheduler):
         self.spider = spider
         shard = int(getattr(spider, "shard", self.config.shard))
         keys = Keys(self.config.prefix, spider.name, shard)
+        self.shards = int(getattr(spider, "shards", 1))
         self.frontier = Frontier(
             self.server, keys,
             dedup=self.config.dedup,
             politeness=self.config.politeness,
             overrides=self.config.overrides,
             domain_cap=self.config.domain_cap,
+            domain_budget=self.config.domain_budget,
             lease_seconds=self.config.lease_seconds,
         )
         if self.flush_on_start:
@@ -167,27 +176,82 @@ class FrontierScheduler(RedisScheduler):
             self.flush_pending()
         return True
 
-    def add_urls(self, urls: Iterable[str], *, depth: int = 0, priority: int = 0) -> int:
+    def add_urls(self, urls: Iterable[str], *, depth: int = 0, priority: int = 0,
+                 canonical: bool = False) -> int:
         """Offer plain URLs in bulk: no ``Request`` objects until dequeued.
 
-        URLs are canonicalised here; invalid ones are skipped and counted.
-        Returns how many were offered (dedup happens in Redis).
+        URLs are canonicalised here (unless ``canonical`` says they are);
+        invalid ones are skipped and counted. With several shards (the
+        spider's ``shards``), URLs of another shard's domains are forwarded to
+        that shard's inbox. Returns how many were offered (dedup happens in
+        Redis).
         """
         offered = 0
+        assert self.frontier is not None
+        own = self.frontier.keys.shard
         for url in urls:
-            try:
-                canonical = self.canonicalize(url)
-            except ValueError:
-                self._inc("crawler/frontier/invalid_urls")
+            if not canonical:
+                try:
+                    url = self.canonicalize(url)
+                except ValueError:
+                    self._inc("crawler/frontier/invalid_urls")
+                    continue
+            domain = domain_of(url)
+            item = Item(url_fingerprint(url), domain, priority, codec.encode_url(url, depth))
+            target = shard_of(domain, self.shards) if self.shards > 1 else own
+            if target == own:
+                self.pending.append(item)
+            elif self.config.forward:
+                self.outbox.setdefault(target, []).append(self._forward_record(target, item))
+            else:
+                self._inc("crawler/forward/dropped")
                 continue
-            self.pending.append(
-                Item(url_fingerprint(canonical), domain_of(canonical), priority,
-                     codec.encode_url(canonical, depth))
-            )
             offered += 1
-        if len(self.pending) >= self.config.batch:
+        if len(self.pending) + sum(map(len, self.outbox.values())) >= self.config.batch:
             self.flush_pending()
         return offered
+
+    def _shard_link(self, shard: int) -> tuple[redis.Redis, Keys, Dedup]:
+        """Client, keys and dedup layout of another shard's frontier."""
+        link = self._shard_links.get(shard)
+        if link is None:
+            assert self.frontier is not None
+            url = self.config.shard_urls.get(shard)
+            client = self.server
+            if url and url != self.crawler.settings.get("REDIS_URL"):
+                settings = Settings(self.crawler.settings.copy_to_dict())
+                settings.set("REDIS_URL", url, priority="cmdline")
+                client = get_redis(settings)
+            keys = Keys(self.config.prefix, self.frontier.keys.spider, shard)
+            mode, bits = client.hmget(keys.meta, "dedup", "bucket_bits")
+            dedup = self.config.dedup
+            if mode is not None and bits is not None:  # that frontier exists: its layout wins
+                dedup = Dedup(mode.decode(), dedup.capacity, dedup.error_rate, int(bits))
+            link = self._shard_links[shard] = (client, keys, dedup)
+        return link
+
+    def _forward_record(self, shard: int, item: Item) -> bytes:
+        a, b = self._shard_link(shard)[2].args(item.digest)
+        return b"%d\n%d\n%s\n%d\n%s" % (a, b, item.domain.encode(), item.priority, item.entry)
+
+    def _flush_outbox(self) -> None:
+        for shard in list(self.outbox):
+            client, keys, _ = self._shard_link(shard)
+            records = self.outbox[shard]
+            client.rpush(keys.key("inbox"), *records)
+            del self.outbox[shard]  # only once stored: a failed call loses nothing
+            self._inc("crawler/forward/sent", len(records))
+
+    def _drain_inbox(self) -> None:
+        now = time.monotonic()
+        if now < self._next_drain:
+            return
+        assert self.frontier is not None
+        moved, result = self.frontier.drain_inbox(self.config.batch)
+        self._next_drain = now if moved >= self.config.batch else now + 1.0
+        if moved:
+            self._inc("crawler/forward/received", moved)
+            self._count(result)
 
     def push_domain(self, url: str, seconds: float) -> None:
         """No request to the domain of ``url`` before ``seconds`` from now."""
@@ -244,6 +308,8 @@ class FrontierScheduler(RedisScheduler):
         """Store buffered requests and acknowledgements: one round trip
         (two when requests wait for the delayed set)."""
         assert self.frontier is not None
+        if self.outbox:
+            self._flush_outbox()  # before the acks below: a page is done once its links are stored
         if self.pending_delays:
             delays, self.pending_delays = self.pending_delays, []
             self.frontier.delay(
@@ -255,14 +321,19 @@ class FrontierScheduler(RedisScheduler):
         items, acks = self.pending, self.pending_acks
         self.pending, self.pending_acks = [], []
         result = self.frontier.add(items, acks)
-        self._inc("crawler/frontier/enqueued", result.added)
-        self._inc("crawler/frontier/duplicates", result.duplicates)
-        self._inc("crawler/frontier/capped", result.capped)
+        self._count(result)
         self._inc("crawler/frontier/acked", result.acked)
         if result.added:
             self._next_poll = 0.0
             if not self.buffer:
                 self._wake_engine_in(0.0)
+
+    def _count(self, result: AddResult) -> None:
+        self._inc("crawler/frontier/enqueued", result.added)
+        self._inc("crawler/frontier/duplicates", result.duplicates)
+        self._inc("crawler/frontier/capped", result.capped)
+        self._inc("crawler/frontier/over_budget", result.over_budget)
+        self._inc("crawler/frontier/excluded", result.excluded)
 
     # --- dequeue ---------------------------------------------------------
 
@@ -291,10 +362,12 @@ class FrontierScheduler(RedisScheduler):
             self._wake_engine_in(self._next_poll - now)
             return
         assert self.frontier is not None
-        if self.pending or self.pending_delays:
+        if self.pending or self.pending_delays or self.outbox:
             self.flush_pending()
-        acks, self.pending_acks = self.pending_acks, []
+        self._drain_inbox()
+        acks = self.pending_acks
         result = self.frontier.take(self.config.prefetch, acks)
+        self.pending_acks = []
         self._inc("crawler/frontier/acked", len(acks))
         self.buffer.extend(result.items)
         if result.items:
@@ -329,7 +402,7 @@ class FrontierScheduler(RedisScheduler):
     # --- state -----------------------------------------------------------
 
     def has_pending_requests(self) -> bool:
-        if self.buffer or self.pending or self.pending_delays:
+        if self.buffer or self.pending or self.pending_delays or self.outbox:
             return True
         now = time.monotonic()
         if now - self._pending_checked < 0.25:

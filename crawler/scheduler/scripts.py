@@ -24,7 +24,8 @@ def source(name: str) -> str:
 
 
 class Scripts:
-    NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock")
+    NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock",
+             "drain_inbox")
 
     def __init__(self, client: redis.Redis) -> None:
         for name in self.NAMES:
@@ -38,3 +39,4 @@ class Scripts:
     bloom_init: Script
     lock: Script
     unlock: Script
+    drain_inbox: Script

@@ -1,0 +1,73 @@
+"""Seed lists: top-domain CSVs (Tranco ``rank,domain``, Majestic with a header
+naming a ``Domain`` column, or bare domains) and/or full URLs, one a line.
+
+Bad lines are reported with their line numbers; the good ones are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ada_url import normalize_url
+
+from crawler.scheduler.canonical import canonicalize
+
+
+@dataclass(frozen=True)
+class Seed:
+    url: str
+    fallback: str | None = None  # http:// when https:// fails, for bare domains
+
+
+@dataclass(frozen=True)
+class SeedError:
+    line: int
+    text: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.reason}: {self.text[:100]!r}"
+
+
+def _domain_seed(domain: str) -> Seed:
+    domain = domain.strip().strip(".").lower()
+    if not domain or any(c in domain for c in " /\\?#@"):
+        raise ValueError("not a domain name")
+    https = normalize_url(f"https://{domain}/")
+    return Seed(https, "http://" + https[len("https://"):])
+
+
+def parse_seeds(lines: Iterable[str]) -> tuple[list[Seed], list[SeedError]]:
+    seeds: list[Seed] = []
+    errors: list[SeedError] = []
+    column: int | None = None
+    for number, raw in enumerate(lines, start=1):
+        text = raw.strip().lstrip("\ufeff")
+        if not text or text.startswith("#"):
+            continue
+        try:
+            if "://" in text:
+                if not text.lower().startswith(("http://", "https://")):
+                    raise ValueError("only http(s) URLs can be seeds")
+                seeds.append(Seed(canonicalize(text)))
+                continue
+            fields = [f.strip() for f in text.split(",")]
+            if column is None and number == 1 and not fields[0].isdigit():
+                names = [f.lower() for f in fields]
+                if "domain" in names:  # a Majestic-style header
+                    column = names.index("domain")
+                    continue
+            if column is not None:
+                if len(fields) <= column:
+                    raise ValueError(f"no column {column + 1}")
+                seeds.append(_domain_seed(fields[column]))
+            elif len(fields) == 2 and fields[0].isdigit():
+                seeds.append(_domain_seed(fields[1]))
+            elif len(fields) == 1:
+                seeds.append(_domain_seed(fields[0]))
+            else:
+                raise ValueError("expected 'rank,domain', a domain or a URL")
+        except ValueError as exc:
+            errors.append(SeedError(number, text, str(exc) or "invalid"))
+    return seeds, errors

@@ -1,0 +1,163 @@
+"""``billion``: the crawl of the open web, one shard per node.
+
+    scrapy crawl billion -a shard=3 -a shards=12 -a seeds=top-1m.csv
+
+HTML only, ``<a href>`` links only, robots.txt obeyed, 70 s between two
+requests to one domain, bodies cut at 250 KB. A domain belongs to shard
+``hash(registered domain) mod shards``; a spider seeds and fetches only its
+own shard's domains and forwards links to the others to their inboxes.
+Seeds: a file (Tranco ``rank,domain``, Majestic CSV, bare domains or URLs,
+one a line) or ``redis:<key>`` (a Redis list or set of such lines).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import scrapy
+from scrapy.http import Response, TextResponse
+from twisted.internet.error import ConnectError, DNSLookupError, TCPTimedOutError, TimeoutError
+from twisted.python.failure import Failure
+
+from crawler.links import LinkExtractor
+from crawler.scheduler.access import frontier_scheduler
+from crawler.scheduler.domains import domain_of
+from crawler.seeds import Seed, parse_seeds
+from crawler.sharding import shard_of
+
+logger = logging.getLogger(__name__)
+
+_FALLBACK_ERRORS = (ConnectError, DNSLookupError, TCPTimedOutError, TimeoutError)
+_MAX_REPORTED = 20
+
+
+def check_arguments(shard: Any = "0", shards: Any = "1", seeds: Any = "", **_: Any) -> tuple[int, int]:
+    """Validate the spider arguments; ``ValueError`` with a message for the user."""
+    try:
+        shard_n, shards_n = int(str(shard)), int(str(shards))
+    except ValueError:
+        raise ValueError(f"billion: shard and shards must be integers, got shard={shard!r} shards={shards!r}") from None
+    if shards_n < 1:
+        raise ValueError(f"billion: shards must be >= 1, got {shards_n}")
+    if not 0 <= shard_n < shards_n:
+        raise ValueError(f"billion: shard must satisfy 0 <= shard < shards ({shards_n}), got {shard_n}")
+    if seeds and not str(seeds).startswith("redis:") and not Path(str(seeds)).is_file():
+        raise ValueError(f"billion: seeds file {seeds!r} does not exist")
+    return shard_n, shards_n
+
+
+class BillionSpider(scrapy.Spider):
+    name = "billion"
+    requires_contact = True
+    custom_settings = {
+        "ROBOTSTXT_OBEY": True,
+        "CRAWLER_DOMAIN_DELAY": 70.0,
+        "CRAWLER_HTML_ONLY": True,
+        "CRAWLER_MAX_PAGE_BYTES": 250_000,
+        "CRAWLER_MAX_DEPTH": 16,
+        "CRAWLER_DOMAIN_BUDGET": 100_000,
+        "CRAWLER_WARC_DIR": "output/warc",
+    }
+
+    def __init__(self, shard: str = "0", shards: str = "1", seeds: str = "", *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("_job", None)  # Scrapyd's job id: in the log, not needed here
+        super().__init__(*args, **kwargs)
+        self.shard, self.shards = check_arguments(shard, shards, seeds)
+        self.seeds = seeds
+
+    @classmethod
+    def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> BillionSpider:
+        spider = super().from_crawler(crawler, *args, **kwargs)
+        settings = crawler.settings
+        spider.extract = LinkExtractor(nofollow=not settings.getbool("CRAWLER_FOLLOW_NOFOLLOW", False),
+                                       max_length=settings.getint("CRAWLER_MAX_URL_LENGTH", 2000))
+        spider.max_depth = settings.getint("CRAWLER_MAX_DEPTH", 16)
+        return spider
+
+    # --- seeds -----------------------------------------------------------
+
+    def _seed_lines(self) -> Iterable[str]:
+        if not self.seeds:
+            return []
+        if self.seeds.startswith("redis:"):
+            scheduler = frontier_scheduler(self.crawler)
+            assert scheduler is not None
+            key = self.seeds[len("redis:"):]
+            kind = scheduler.server.type(key)
+            members = scheduler.server.smembers(key) if kind == b"set" else scheduler.server.lrange(key, 0, -1)
+            return [m.decode("utf-8", "replace") for m in members]
+        return Path(self.seeds).read_text(encoding="utf-8", errors="replace").splitlines()
+
+    def _own(self, seeds: list[Seed]) -> Iterator[Seed]:
+        for seed in seeds:
+            if shard_of(domain_of(seed.url), self.shards) == self.shard:
+                yield seed
+
+    async def start(self) -> AsyncIterator[scrapy.Request]:
+        self._load_exclusions()
+        seeds, errors = parse_seeds(self._seed_lines())
+        for error in errors[:_MAX_REPORTED]:
+            logger.warning("Bad seed, skipped: %s", error)
+        if len(errors) > _MAX_REPORTED:
+            logger.warning("... and %d more bad seed lines", len(errors) - _MAX_REPORTED)
+        own = list(self._own(seeds))
+        stats = self.crawler.stats
+        stats.set_value("crawler/seeds/bad_lines", len(errors))
+        stats.set_value("crawler/seeds/total", len(seeds))
+        stats.set_value("crawler/seeds/own_shard", len(own))
+        logger.info("Seeds: %d read, %d of shard %d/%d, %d bad lines",
+                    len(seeds), len(own), self.shard, self.shards, len(errors))
+        for seed in own:
+            yield scrapy.Request(seed.url, callback=self.parse, errback=self.seed_failed,
+                                 meta={"seed_fallback": seed.fallback, "depth": 0})
+
+    def _load_exclusions(self) -> None:
+        path = self.crawler.settings.get("CRAWLER_EXCLUDE_FILE")
+        scheduler = frontier_scheduler(self.crawler)
+        if not path or scheduler is None or scheduler.frontier is None:
+            return
+        domains = [line.split("#", 1)[0].strip() for line in Path(path).read_text().splitlines()]
+        added = scheduler.frontier.exclude(d for d in domains if d)
+        logger.info("Exclusion list %s: %d domains (%d new)", path, sum(1 for d in domains if d), added)
+
+    def seed_failed(self, failure: Failure) -> Iterator[scrapy.Request]:
+        request = failure.request  # type: ignore[attr-defined]
+        fallback = request.meta.get("seed_fallback")
+        if fallback and failure.check(*_FALLBACK_ERRORS):
+            self.crawler.stats.inc_value("crawler/seeds/http_fallback")
+            yield scrapy.Request(fallback, callback=self.parse, dont_filter=True, meta={"depth": 0})
+
+    # --- pages -----------------------------------------------------------
+
+    def parse(self, response: Response) -> Iterator[dict[str, Any]]:
+        if not isinstance(response, TextResponse):
+            return
+        stats = self.crawler.stats
+        depth = int(response.meta.get("depth", 0))
+        links = self.extract(response.body, response.url)
+        stats.inc_value("crawler/links/found", len(links))
+        robots = getattr(self.crawler, "shared_robots", None)
+        if robots is not None:
+            allowed = [link for link in links if not robots.known_disallowed(link)]
+            stats.inc_value("crawler/links/robots_disallowed", len(links) - len(allowed))
+            links = allowed
+        offered = 0
+        if not self.max_depth or depth < self.max_depth:
+            scheduler = frontier_scheduler(self.crawler)
+            assert scheduler is not None, "the billion spider needs the frontier scheduler"
+            offered = scheduler.add_urls(links, depth=depth + 1, canonical=True)
+        else:
+            stats.inc_value("crawler/links/beyond_max_depth", len(links))
+        yield {
+            "url": response.url,
+            "status": response.status,
+            "depth": depth,
+            "links": len(links),
+            "offered": offered,
+            "bytes": len(response.body),
+            "truncated": "truncated" in response.flags,
+            "shard": self.shard,
+        }

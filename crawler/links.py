@@ -42,15 +42,16 @@ class LinkExtractor:
                 except ValueError:
                     pass
             break
-        hrefs: dict[str, None] = {}
-        for node in tree.tags("a"):
-            attrs = node.attrs
-            href = attrs.get("href")
-            if not href:
-                continue
-            if self.nofollow and "nofollow" in (attrs.get("rel") or "").lower():
-                continue
-            hrefs[href.strip()] = None
+        # one attribute lookup per link; the rare nofollow links come from a
+        # second, selective query (cheaper than reading rel on every link)
+        hrefs = dict.fromkeys(
+            href.strip() for href in (node.attrs.get("href") for node in tree.tags("a")) if href
+        )
+        if self.nofollow and (b"nofollow" in body or b"NOFOLLOW" in body or b"Nofollow" in body):
+            for node in tree.css('a[rel~="nofollow" i]'):
+                href = node.attrs.get("href")
+                if href:
+                    hrefs.pop(href.strip(), None)
         found: dict[str, None] = {}
         for href in hrefs:
             if not href or href.startswith(_SKIP):

@@ -1,0 +1,1 @@
+"""Spiders of the benchmarks: what a Scrapy user writes without this project."""

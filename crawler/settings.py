@@ -62,5 +62,6 @@ EXTENSIONS = {
     "crawler.extensions.progress.Progress": 500,
     "crawler.extensions.statsfile.StatsFile": 510,
     "crawler.extensions.warc.WarcExtension": 520,
+    "crawler.extensions.metrics.MetricsExtension": 530,
 }
 CRAWLER_PROGRESS_INTERVAL = 10.0

@@ -17,8 +17,10 @@ def add_frontier_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", type=int, default=None, help="shard number (default: CRAWLER_SHARD)")
 
 
-def open_frontier(settings: BaseSettings, spider: str, shard: int | None) -> tuple[redis.Redis, Keys]:
-    """The client and keys of an existing frontier; UsageError if there is none."""
+def open_frontier(settings: BaseSettings, spider: str, shard: int | None,
+                  *, any_shard: bool = False) -> tuple[redis.Redis, Keys]:
+    """The client and keys of an existing frontier; UsageError if there is none.
+    With ``any_shard``, any shard of the spider will do."""
     try:
         config = FrontierSettings.from_settings(settings)
         client = get_redis(settings)
@@ -27,6 +29,12 @@ def open_frontier(settings: BaseSettings, spider: str, shard: int | None) -> tup
     if shard is not None and shard < 0:
         raise UsageError(f"--shard must be >= 0, got {shard}", print_help=False)
     keys = Keys(config.prefix, spider, config.shard if shard is None else shard)
+    if any_shard:
+        pattern = f"{config.prefix}:{{{spider}:*}}:meta"
+        if next(iter(client.scan_iter(match=pattern, count=1000)), None) is not None:
+            return client, keys
+        raise UsageError(f"no frontier of spider {spider!r} in Redis at {mask_url(redis_url(settings))} "
+                         "(unknown spider?)", print_help=False)
     if not client.exists(keys.meta):
         raise UsageError(
             f"no frontier {keys.base} in Redis at {mask_url(redis_url(settings))} "

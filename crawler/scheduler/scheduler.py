@@ -68,6 +68,7 @@ class FrontierScheduler(RedisScheduler):
             idle_before_close=int(self.config.idle_before_close),
         )
         self.idle_before_close = self.config.idle_before_close
+        self.dedup_start_requests = crawler.settings.getbool("CRAWLER_DEDUP_START_REQUESTS", True)
         self.stats = crawler.stats
         self.canonicalize = Canonicalizer(self.config.tracking)
         self.frontier: Frontier | None = None
@@ -160,7 +161,12 @@ class FrontierScheduler(RedisScheduler):
                 self.pending_acks.append(lease)
             return False
         digest = self.crawler.request_fingerprinter.fingerprint(request)
-        item = Item(digest, domain_of(request.url), request.priority, entry, request.dont_filter)
+        dont_filter = request.dont_filter and not (
+            # Scrapy's start requests skip the dupefilter; in a frontier shared
+            # by many workers (and across restarts) that means one fetch each
+            self.dedup_start_requests and request.meta.get("is_start_request")
+        )
+        item = Item(digest, domain_of(request.url), request.priority, entry, dont_filter)
         delay = request.meta.pop(DELAY, None)
         if delay is not None:
             # a retry or a request that must wait: into the delayed set, where

@@ -1,0 +1,67 @@
+"""The addon: the Redis frontier and the middlewares for any Scrapy project.
+
+    ADDONS = {"crawler.addon.Addon": 100}
+
+Everything is set with the ``addon`` priority, and components are only added
+where the project has not placed them itself, so what a project sets (a
+setting, a component's order, ``None`` to disable one) still wins.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.downloadermiddlewares.retry import RetryMiddleware
+from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
+from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
+from scrapy.dupefilters import BaseDupeFilter
+
+from crawler.extensions.metrics import MetricsExtension
+from crawler.extensions.progress import Progress
+from crawler.extensions.statsfile import StatsFile
+from crawler.extensions.warc import WarcExtension
+from crawler.middlewares.backoff import BackoffMiddleware
+from crawler.middlewares.deadletter import DeadLetterMiddleware, DeadLetterSpiderMiddleware
+from crawler.middlewares.lock import DomainLockMiddleware
+from crawler.middlewares.robots import SharedRobotsMiddleware
+from crawler.middlewares.sizecap import SizeCapMiddleware
+from crawler.middlewares.useragent import ContactUserAgentMiddleware
+from crawler.scheduler.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
+from crawler.scheduler.fingerprint import Fingerprinter
+from crawler.scheduler.scheduler import FrontierScheduler
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
+
+DOWNLOADER_MIDDLEWARES = {
+    FrontierAckDownloaderMiddleware: 1,
+    DeadLetterMiddleware: 50,
+    SharedRobotsMiddleware: 100,
+    ContactUserAgentMiddleware: 500,
+    BackoffMiddleware: 550,
+    SizeCapMiddleware: 580,
+    DomainLockMiddleware: 950,
+}
+REPLACED = (RobotsTxtMiddleware, UserAgentMiddleware, RetryMiddleware)
+SPIDER_MIDDLEWARES = {
+    FrontierAckSpiderMiddleware: 10,
+    DeadLetterSpiderMiddleware: 20,
+}
+EXTENSIONS = {Progress: 500, StatsFile: 510, WarcExtension: 520, MetricsExtension: 530}
+
+
+class Addon:
+    def update_settings(self, settings: BaseSettings) -> None:
+        settings.set("SCHEDULER", FrontierScheduler, "addon")
+        settings.set("REQUEST_FINGERPRINTER_CLASS", Fingerprinter, "addon")
+        settings.set("DUPEFILTER_CLASS", BaseDupeFilter, "addon")  # dedup happens in Redis
+        for cls in REPLACED:
+            settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, None)
+        for cls, order in DOWNLOADER_MIDDLEWARES.items():
+            settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, order)
+        for cls, order in SPIDER_MIDDLEWARES.items():
+            settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", cls, order)
+        for cls, order in EXTENSIONS.items():  # each is off until its setting asks for it
+            settings.setdefault_in_component_priority_dict("EXTENSIONS", cls, order)
+        if settings.get("USER_AGENT", "").startswith("Scrapy/"):
+            settings.set("USER_AGENT", f"{settings['BOT_NAME']} (+{{contact}})", "addon")

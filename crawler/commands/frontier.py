@@ -1,0 +1,142 @@
+"""``scrapy frontier <spider>``: the state of a spider's frontiers, per shard.
+
+    scrapy frontier billion                 # every shard found in Redis
+    scrapy frontier billion --shard 3 --json
+    scrapy frontier billion --watch 5       # refresh every 5 seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from typing import Any
+
+import redis
+from scrapy.commands import ScrapyCommand
+from scrapy.exceptions import UsageError
+
+from crawler.commands._frontier import add_frontier_options, open_frontier
+from crawler.deadletters import DeadLetters
+from crawler.scheduler.frontier import Frontier
+from crawler.scheduler.keys import Keys
+
+
+def shards_of(client: redis.Redis, prefix: str, spider: str) -> list[int]:
+    shards = set()
+    pattern = f"{prefix}:{{{spider}:*}}:meta"
+    for key in client.scan_iter(match=pattern, count=1000):
+        found = re.search(rb":(\d+)\}:meta$", key)
+        if found:
+            shards.add(int(found.group(1)))
+    return sorted(shards)
+
+
+def bloom_error_rate(client: redis.Redis, keys: Keys) -> float | None:
+    meta = {k.decode(): v.decode() for k, v in client.hgetall(keys.bloom).items()}
+    if not meta:
+        return None
+    log_none_false = 0.0  # log of the chance that no filter answers "seen" wrongly
+    for i in range(int(meta.get("count", 0))):
+        m, k, n = float(meta[f"m{i}"]), float(meta[f"k{i}"]), float(meta[f"n{i}"])
+        log_none_false += math.log1p(-((-math.expm1(-k * n / m)) ** k))
+    return -math.expm1(log_none_false)
+
+
+def report(client: redis.Redis, keys: Keys) -> dict[str, Any]:
+    frontier = Frontier(client, keys)
+    status = frontier.status()
+    counters = status.pop("counters")
+    now_s, now_us = client.time()
+    now = now_s * 1000 + now_us // 1000
+    head = client.zrange(keys.ready, 0, 0, withscores=True)
+    lag = max(0.0, (now - head[0][1]) / 1000) if head else 0.0
+    mode = (client.hget(keys.meta, "dedup") or b"exact").decode()
+    attempts = counters.get("attempts", 0)
+    return {
+        "spider": keys.spider,
+        "shard": keys.shard,
+        "queued": status["queued"],
+        "lag_seconds": round(lag, 3),
+        "domains_due": status["domains_due"],
+        "domains_waiting": status["domains_queued"] - status["domains_due"],
+        "next_due_seconds": None if status["next_due_ms"] is None else round(status["next_due_ms"] / 1000, 3),
+        "leases": status["leases"],
+        "leases_expired": status["leases_expired"],
+        "delayed": status["delayed"],
+        "inbox": client.llen(keys.key("inbox")),
+        "dead_letters": dict(DeadLetters(client, keys).counts()),
+        "denials_share": round(counters.get("denials", 0) / attempts, 4) if attempts else 0.0,
+        "stale_locks": counters.get("stale_locks", 0),
+        "dedup": mode,
+        "seen": counters.get("enqueued", 0),
+        "bloom_error_rate": bloom_error_rate(client, keys) if mode == "bloom" else None,
+        "capped": counters.get("capped", 0),
+        "redis_used_memory": client.info("memory")["used_memory"],
+        "counters": counters,
+    }
+
+
+def text(r: dict[str, Any]) -> str:
+    dead = ", ".join(f"{k} {v}" for k, v in sorted(r["dead_letters"].items())) or "none"
+    nxt = "-" if r["next_due_seconds"] is None else f"{r['next_due_seconds']:+.1f}s"
+    bloom = f", est. false-positive rate {r['bloom_error_rate']:.2e}" if r["bloom_error_rate"] is not None else ""
+    return "\n".join([
+        f"{r['spider']} shard {r['shard']}",
+        f"  queued        {r['queued']} (lag {r['lag_seconds']:.1f}s), inbox {r['inbox']}, delayed {r['delayed']}",
+        f"  domains       {r['domains_due']} due now, {r['domains_waiting']} waiting, next due {nxt}",
+        f"  leases        {r['leases']} held, {r['leases_expired']} expired",
+        f"  dead letters  {dead}",
+        f"  politeness    rate-limiter denials {r['denials_share']:.1%} of dequeue attempts, "
+        f"{r['stale_locks']} stale locks",
+        f"  dedup         {r['dedup']}, {r['seen']} URLs seen, {r['capped']} dropped at the domain cap{bloom}",
+        f"  redis memory  {r['redis_used_memory'] / 2**20:.1f} MiB",
+    ])
+
+
+class Command(ScrapyCommand):
+    requires_project = True
+    requires_crawler_process = False
+    default_settings = {"LOG_ENABLED": False}
+
+    def syntax(self) -> str:
+        return "<spider> [--shard N] [--json] [--watch SECONDS]"
+
+    def short_desc(self) -> str:
+        return "Show the state of a spider's frontier(s)"
+
+    def add_options(self, parser: argparse.ArgumentParser) -> None:
+        super().add_options(parser)
+        add_frontier_options(parser)
+        parser.add_argument("--json", action="store_true", help="one JSON document per refresh")
+        parser.add_argument("--watch", type=float, default=0, metavar="SECONDS", help="refresh every SECONDS")
+
+    def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        if len(args) != 1:
+            raise UsageError("give exactly one spider name")
+        if opts.watch < 0:
+            raise UsageError(f"--watch must be > 0, got {opts.watch:g}", print_help=False)
+        assert self.settings is not None
+        if opts.shard is None:
+            client, keys = open_frontier(self.settings, args[0], None, any_shard=True)
+            shards = shards_of(client, keys.prefix, args[0])
+        else:
+            client, keys = open_frontier(self.settings, args[0], opts.shard)
+            shards = [opts.shard]
+        while True:
+            reports = [report(client, Keys(keys.prefix, args[0], s)) for s in shards]
+            if opts.json:
+                print(json.dumps(reports if opts.shard is None else reports[0]), flush=True)
+            else:
+                if opts.watch:
+                    print(f"\n{time.strftime('%H:%M:%S')}", flush=True)
+                print("\n".join(text(r) for r in reports), flush=True)
+            if not opts.watch:
+                return
+            try:
+                time.sleep(opts.watch)
+            except KeyboardInterrupt:
+                sys.exit(0)

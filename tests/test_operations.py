@@ -1,0 +1,135 @@
+"""The addon in a fresh `scrapy startproject` project, `scrapy frontier`, and
+the Prometheus endpoint, with real Redis, real HTTP and real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import redis
+
+from tests.servers import ROOT, free_port, run_scrapy, scrapy_env
+
+QUIET = dict(links=6, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2, crawl_delay_share=0)
+
+SPIDER = '''
+import scrapy
+
+
+class SiteSpider(scrapy.Spider):
+    name = "site"
+
+    def __init__(self, start="", **kwargs):
+        super().__init__(**kwargs)
+        self.start_urls = start.split(",")
+
+    def parse(self, response):
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, callback=self.parse)
+        yield {"url": response.url}
+'''
+
+
+def test_addon_in_a_new_project_with_two_processes(redis_url: str, make_web, tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "scrapy", "startproject", "shop", str(tmp_path / "shop")],
+                   check=True, capture_output=True, timeout=60)
+    project = tmp_path / "shop"
+    (project / "shop" / "spiders" / "site.py").write_text(SPIDER)
+    with open(project / "shop" / "settings.py", "a") as settings:
+        settings.write(
+            '\nADDONS = {"crawler.addon.Addon": 100}\n'
+            'TWISTED_DNS_RESOLVER = "crawler.resolver.HostMapResolver"\n'
+            'CRAWLER_HOST_MAP = {"*.test": "127.0.0.1"}\n'
+            'SCHEDULER_PERSIST = True\n'
+            # the project's own choices win over the addon's
+            'DOWNLOADER_MIDDLEWARES = {"crawler.middlewares.lock.DomainLockMiddleware": None}\n'
+        )
+    web = make_web(domains=3, pages=15, **QUIET)
+    starts = ",".join(web.url(d) for d in range(3))
+    env = scrapy_env(redis_url)
+    procs = [subprocess.Popen([sys.executable, "-m", "scrapy", "crawl", "site", "-a", f"start={starts}"],
+                              cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errs[0][-3000:]
+    assert "crawler.addon.Addon" in errs[0]
+    assert "crawler.scheduler.acks.FrontierAckDownloaderMiddleware" in errs[0]
+    assert "DomainLockMiddleware" not in errs[0].split("Enabled downloader middlewares")[1].split("]")[0]
+    fetched = Counter((e.domain, e.path) for e in web.log() if e.path != "/robots.txt")
+    assert {(d, f"/p/{k}.html") for d in web.domains for k in range(1, 15)} <= set(fetched)
+    assert max(fetched.values()) == 1  # two processes, one frontier, each page once
+    assert all(c == 1 for c in Counter(e.domain for e in web.log() if e.path == "/robots.txt").values())
+    client = redis.Redis.from_url(redis_url)
+    assert int(client.hget("crawler:{site:0}:stats", "enqueued")) == len(fetched)
+    # the project's commands gained `scrapy frontier` and `scrapy dlq` from the entry points
+    status = subprocess.run([sys.executable, "-m", "scrapy", "frontier", "site", "--json"], cwd=project,
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert json.loads(status.stdout)[0]["seen"] == len(fetched)
+
+
+def test_frontier_command(redis_url: str, make_web) -> None:
+    web = make_web(domains=2, pages=10, faults={"404": 0.3}, **QUIET)
+    env = scrapy_env(redis_url)
+    result = run_scrapy(["crawl", "demo", "-a", f"start_urls={web.url(0)},{web.url(1)}",
+                         "-s", "CRAWLER_DEDUP=bloom", "-s", "CRAWLER_DEDUP_CAPACITY=1000"], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def frontier(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "scrapy", "frontier", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    report = json.loads(frontier("demo", "--json").stdout)[0]
+    assert report["queued"] == 0 and report["leases"] == 0 and report["shard"] == 0
+    assert report["dead_letters"]["http_404"] >= 1
+    assert report["dedup"] == "bloom" and 0 < report["bloom_error_rate"] < 0.001
+    assert report["seen"] == report["counters"]["enqueued"] > 0
+    assert report["redis_used_memory"] > 0
+    shown = frontier("demo").stdout
+    assert "demo shard 0" in shown and "dead letters  http_404" in shown and "denials" in shown
+    watch = subprocess.Popen([sys.executable, "-m", "scrapy", "frontier", "demo", "--shard", "0", "--json",
+                              "--watch", "0.3"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    assert watch.stdout is not None
+    lines = [watch.stdout.readline() for _ in range(3)]
+    watch.terminate()
+    watch.wait()
+    assert all(json.loads(line)["shard"] == 0 for line in lines)
+    for bad, message in ((["nosuch"], "no frontier of spider 'nosuch'"),
+                         (["demo", "--shard", "7"], "no frontier crawler:{demo:7}"),
+                         (["demo", "--watch", "-1"], "--watch must be > 0")):
+        result = frontier(*bad)
+        assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_prometheus_metrics_during_a_crawl(redis_url: str, make_web) -> None:
+    web = make_web(domains=2, pages=30, **QUIET)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", "crawl", "demo", "-a", f"start_urls={web.url(0)},{web.url(1)}",
+         "-s", "CRAWLER_METRICS_ENABLED=True", "-s", f"CRAWLER_METRICS_PORT={port}",
+         "-s", "CRAWLER_DOMAIN_DELAY=0.2"],
+        cwd=ROOT, env=scrapy_env(redis_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    body = ""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+                body = resp.read().decode()
+            if 'crawler_pages_fetched_total{shard="0",spider="demo"} ' in body and \
+                    'crawler_pages_fetched_total{shard="0",spider="demo"} 0.0' not in body:
+                break
+        except OSError:
+            pass
+        time.sleep(0.2)
+    proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in body.splitlines()
+              if line and not line.startswith("#")}
+    assert values['crawler_pages_fetched_total{shard="0",spider="demo"}'] > 0
+    assert 'crawler_frontier_queued{shard="0",spider="demo"}' in values
+    assert all(name.split("{")[0].endswith("_total") for name in values if "_total" in name)
+    assert not any("domain=" in name for name in values)  # no per-domain label

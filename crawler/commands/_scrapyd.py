@@ -1,0 +1,63 @@
+"""A small Scrapyd API client (urllib only) and the project's egg."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+class NodeError(Exception):
+    """A Scrapyd node could not be reached or refused a call."""
+
+
+def call(node: str, endpoint: str, data: dict[str, Any] | list[tuple[str, str]] | None = None,
+         files: dict[str, tuple[str, bytes]] | None = None, timeout: float = 30) -> dict[str, Any]:
+    url = node.rstrip("/") + "/" + endpoint
+    body: bytes | None = None
+    headers: dict[str, str] = {}
+    if files:
+        boundary = uuid.uuid4().hex
+        parts = []
+        for key, value in (data.items() if isinstance(data, dict) else data or []):
+            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"\r\n\r\n{value}\r\n'.encode())
+        for key, (filename, content) in files.items():
+            parts.append(f'--{boundary}\r\nContent-Disposition: form-data; name="{key}"; filename="{filename}"\r\n'
+                         f"Content-Type: application/octet-stream\r\n\r\n".encode() + content + b"\r\n")
+        body = b"".join(parts) + f"--{boundary}--\r\n".encode()
+        headers["Content-Type"] = f"multipart/form-data; boundary={boundary}"
+    elif data is not None:
+        body = urllib.parse.urlencode(data, doseq=True).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, headers=headers), timeout=timeout) as resp:
+            answer = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise NodeError(f"{node}: HTTP {exc.code} from {endpoint}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise NodeError(f"{node}: unreachable ({reason})") from None
+    except ValueError:
+        raise NodeError(f"{node}: {endpoint} did not answer JSON (is it Scrapyd?)") from None
+    if answer.get("status") != "ok":
+        raise NodeError(f"{node}: {endpoint} refused: {answer.get('message', answer)}")
+    return answer
+
+
+def build_egg(project_dir: Path) -> bytes:
+    """``setup.py bdist_egg`` of the project, as scrapyd-deploy builds it."""
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as build:
+        result = subprocess.run(
+            [sys.executable, "setup.py", "-q", "build", "--build-base", build, "bdist_egg", "-d", out],
+            cwd=project_dir, capture_output=True, text=True,
+        )
+        eggs = list(Path(out).glob("*.egg"))
+        if result.returncode != 0 or not eggs:
+            raise NodeError(f"building the egg failed: {result.stderr.strip()[-500:]}")
+        return eggs[0].read_bytes()

@@ -13,7 +13,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
+from redis.retry import Retry
 from redis.exceptions import RedisClusterException
 from scrapy.settings import BaseSettings
 
@@ -66,9 +68,12 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
     """
     url = redis_url(settings)
     kwargs: dict[str, Any] = {
-        "socket_timeout": 30,
-        "socket_connect_timeout": 10,
+        "socket_timeout": 10,
+        "socket_connect_timeout": 3,
         "health_check_interval": 30,
+        # a few quick retries only: longer outages are the scheduler's to ride
+        # out, without blocking the reactor for seconds at a time
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 2),
     }
     kwargs.update(settings.getdict("REDIS_PARAMS"))
     kwargs.update(params)

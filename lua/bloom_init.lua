@@ -1,3 +1,6 @@
+#!lua
+-- flagged: when Redis is out of memory it refuses the whole call up front,
+-- never half of it.
 -- bloom_init: create the first Bloom filter of a frontier unless it exists.
 -- KEYS[1]  base key of the frontier
 -- ARGV[1]  capacity (URLs)

@@ -1,3 +1,6 @@
+#!lua
+-- flagged: when Redis is out of memory it refuses the whole call up front,
+-- never half of it.
 -- delay: park requests in the delayed set until a not-before time on the
 -- server's clock; dequeue releases them into their queues when due.
 -- KEYS[1]  base key of the frontier

@@ -1,3 +1,6 @@
+#!lua flags=allow-oom
+-- allow-oom: it frees at least what it stores, so it keeps the crawl going when
+-- Redis is out of memory (maxmemory with noeviction).
 -- dequeue: lease up to N requests of due domains, within each domain's token
 -- bucket and minimum delay, on the server's clock. Also acknowledges leases,
 -- returns expired leases to their queues and releases due delayed requests.

@@ -1,3 +1,6 @@
+#!lua
+-- flagged: when Redis is out of memory it refuses the whole call up front,
+-- never half of it.
 -- drain_inbox: move requests forwarded by other shards into this frontier,
 -- atomically: popped, deduplicated and queued in one call, so nothing is
 -- lost and nothing is doubled.

@@ -1,3 +1,6 @@
+#!lua
+-- flagged: when Redis is out of memory it refuses the whole call up front,
+-- never half of it.
 -- enqueue: dedup, cap and push a batch of requests in one call; ack leases.
 -- KEYS[1]  base key of the frontier
 -- ARGV[1]  dedup mode: "exact" | "bloom" | "none"

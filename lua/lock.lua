@@ -1,3 +1,6 @@
+#!lua
+-- flagged: when Redis is out of memory it refuses the whole call up front,
+-- never half of it.
 -- lock: take a domain's lock (SET NX PX) and count locks that expired unreleased.
 -- KEYS[1]  base key of the frontier
 -- ARGV[1]  domain

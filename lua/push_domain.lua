@@ -1,3 +1,6 @@
+#!lua
+-- flagged: when Redis is out of memory it refuses the whole call up front,
+-- never half of it.
 -- push_domain: a domain may not be fetched before now + ms (backoff, 429/503).
 -- KEYS[1]  base key of the frontier
 -- ARGV[1]  domain

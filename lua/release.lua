@@ -1,3 +1,6 @@
+#!lua flags=allow-oom
+-- allow-oom: it frees at least what it stores, so it keeps the crawl going when
+-- Redis is out of memory (maxmemory with noeviction).
 -- release: give leased requests back to the front of their queues now
 -- (a worker closing cleanly hands back what it had not crawled).
 -- KEYS[1]  base key of the frontier

@@ -1,3 +1,5 @@
+#!lua flags=allow-oom
+-- allow-oom: releasing a lock only frees memory.
 -- unlock: release a domain's lock, only by its owner (compare and delete).
 -- KEYS[1]  base key of the frontier
 -- ARGV[1]  domain

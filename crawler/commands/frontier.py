@@ -55,6 +55,7 @@ def report(client: redis.Redis, keys: Keys) -> dict[str, Any]:
     head = client.zrange(keys.ready, 0, 0, withscores=True)
     lag = max(0.0, (now - head[0][1]) / 1000) if head else 0.0
     mode = (client.hget(keys.meta, "dedup") or b"exact").decode()
+    memory = client.info("memory")
     attempts = counters.get("attempts", 0)
     return {
         "spider": keys.spider,
@@ -75,7 +76,10 @@ def report(client: redis.Redis, keys: Keys) -> dict[str, Any]:
         "seen": counters.get("enqueued", 0),
         "bloom_error_rate": bloom_error_rate(client, keys) if mode == "bloom" else None,
         "capped": counters.get("capped", 0),
-        "redis_used_memory": client.info("memory")["used_memory"],
+        "redis_used_memory": memory["used_memory"],
+        "redis_maxmemory": memory.get("maxmemory", 0),
+        "redis_out_of_memory": bool(memory.get("maxmemory")) and memory["used_memory"] >= memory["maxmemory"],
+        "oom_dropped": counters.get("oom_dropped", 0),
         "counters": counters,
     }
 
@@ -93,7 +97,10 @@ def text(r: dict[str, Any]) -> str:
         f"  politeness    rate-limiter denials {r['denials_share']:.1%} of dequeue attempts, "
         f"{r['stale_locks']} stale locks",
         f"  dedup         {r['dedup']}, {r['seen']} URLs seen, {r['capped']} dropped at the domain cap{bloom}",
-        f"  redis memory  {r['redis_used_memory'] / 2**20:.1f} MiB",
+        f"  redis memory  {r['redis_used_memory'] / 2**20:.1f} MiB"
+        + (f" of {r['redis_maxmemory'] / 2**20:.1f} MiB" if r["redis_maxmemory"] else "")
+        + (f" -- OUT OF MEMORY: new URLs are dropped ({r['oom_dropped']} so far)"
+           if r["redis_out_of_memory"] or r["oom_dropped"] else ""),
     ])
 
 

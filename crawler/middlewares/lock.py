@@ -25,7 +25,7 @@ from crawler.middlewares.sizecap import ROBOTS
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.scheduler.config import SettingsError
 from crawler.scheduler.domains import domain_of, host_of
-from crawler.scheduler.scheduler import DELAY
+from crawler.scheduler.scheduler import DELAY, REDIS_ERRORS
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -85,14 +85,17 @@ class DomainLockMiddleware:
             return None
         host = host_of(request.url).lower()
         domain = domain_of(request.url)
-        if not self.needs_lock(host, domain):
-            return None
-        scheduler = frontier_scheduler(self.crawler)
-        assert scheduler is not None and scheduler.frontier is not None
-        token = uuid.uuid4().hex
-        taken, stale = scheduler.frontier.scripts.lock(
-            keys=[scheduler.frontier.keys.base], args=[domain, token, self.ttl_ms]
-        )
+        try:
+            if not self.needs_lock(host, domain):
+                return None
+            scheduler = frontier_scheduler(self.crawler)
+            assert scheduler is not None and scheduler.frontier is not None
+            token = uuid.uuid4().hex
+            taken, stale = scheduler.frontier.scripts.lock(
+                keys=[scheduler.frontier.keys.base], args=[domain, token, self.ttl_ms]
+            )
+        except REDIS_ERRORS:
+            taken, stale = 0, 0  # Redis away: wait as if the domain were locked
         if stale:
             self.stats.inc_value("crawler/lock/stale", int(stale))
         if taken:
@@ -110,7 +113,10 @@ class DomainLockMiddleware:
         scheduler = frontier_scheduler(self.crawler)
         if held is None or scheduler is None or scheduler.frontier is None:
             return
-        released = scheduler.frontier.scripts.unlock(keys=[scheduler.frontier.keys.base], args=list(held))
+        try:
+            released = scheduler.frontier.scripts.unlock(keys=[scheduler.frontier.keys.base], args=list(held))
+        except REDIS_ERRORS:
+            released = 0  # the lock expires on its own
         if not released:
             self.stats.inc_value("crawler/lock/lost")
 

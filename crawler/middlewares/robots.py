@@ -24,6 +24,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+import redis
 from protego import Protego
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
@@ -33,6 +34,7 @@ from crawler.middlewares.sizecap import ROBOTS, ROBOTS_MAX_BYTES
 from crawler.middlewares.useragent import product_token, user_agent
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.scheduler.domains import domain_of
+from crawler.scheduler.scheduler import DELAY, REDIS_ERRORS
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _FETCH_LOCK_MS = 60_000
+_REDIS_WAIT = 5.0
 _WAIT_STEP = 0.1
 
 
@@ -83,16 +86,25 @@ class SharedRobotsMiddleware:
     def from_crawler(cls, crawler: Crawler) -> SharedRobotsMiddleware:
         return cls(crawler)
 
-    async def process_request(self, request: Request) -> None:
+    async def process_request(self, request: Request) -> Request | None:
         if request.meta.get("dont_obey_robotstxt") or request.meta.get(ROBOTS):
             return
         parts = urlsplit(request.url)
         if parts.scheme not in ("http", "https"):
             return
-        rules = await self.rules(f"{parts.scheme}://{parts.netloc}")
+        try:
+            rules = await self.rules(f"{parts.scheme}://{parts.netloc}")
+        except REDIS_ERRORS:
+            # Redis away: ask again later; the scheduler keeps the request
+            # until Redis can store it in the delayed set
+            self.stats.inc_value("crawler/robots/redis_unavailable")
+            again = request.replace(dont_filter=True)
+            again.meta[DELAY] = _REDIS_WAIT
+            return again
         if not rules.allowed(request.url):
             self.stats.inc_value("crawler/robots/disallowed")
             raise IgnoreRequest("Forbidden by robots.txt")
+        return None
 
     def known_disallowed(self, url: str) -> bool:
         """True if the host's rules are known here and refuse ``url``: a link
@@ -111,7 +123,12 @@ class SharedRobotsMiddleware:
         future: asyncio.Future[Rules] = asyncio.get_running_loop().create_future()
         self.fetching[origin] = future
         try:
-            rules = await self._load(origin)
+            try:
+                rules = await self._load(origin)
+            except redis.exceptions.OutOfMemoryError:
+                # Redis is full: fetch for this process alone rather than stop
+                self.stats.inc_value("crawler/robots/unshared")
+                rules = self._remember(origin, *await self._fetch(origin))
             future.set_result(rules)
             return rules
         except BaseException as exc:
@@ -145,7 +162,10 @@ class SharedRobotsMiddleware:
             record, ttl = await self._fetch(origin)
             client.set(key, json.dumps(record), px=int(ttl * 1000))
             if record["mode"] == "parse":
-                self._apply_crawl_delay(origin, record, scheduler)
+                try:
+                    self._apply_crawl_delay(origin, record, scheduler)
+                except redis.RedisError:
+                    logger.warning("Crawl-delay of %s not stored: Redis unavailable", origin)
             return self._remember(origin, record, ttl)
         finally:
             if client.get(key + ":fetching") == token.encode():

@@ -34,7 +34,7 @@ from scrapy.settings import Settings
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet import task
 
-from crawler.connection import get_redis
+from crawler.connection import _reason, get_redis, mask_url
 from crawler.deadletters import DeadLetter, DeadLetters
 from crawler.scheduler import codec
 from crawler.scheduler.canonical import Canonicalizer
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _MAX_POLL_WAIT = 1.0  # seconds between dequeue attempts while nothing is due
+_MAX_REDIS_BACKOFF = 5.0  # seconds between reconnect attempts during an outage
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
 
 #: request.meta key: seconds the request must wait in the delayed set
 DELAY = "crawler_delay"
@@ -89,6 +91,12 @@ class FrontierScheduler(RedisScheduler):
         self._idle_since: float | None = None
         self._flusher: task.LoopingCall | None = None
         self._wakeup: Any = None
+        self._url = crawler.settings.get("REDIS_URL") or ""
+        self._down_since: float | None = None
+        self._down_attempts = 0
+        self._retry_at = 0.0
+        self._oom_dropped = 0
+        self._oom_logged = -1e9
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -130,9 +138,16 @@ class FrontierScheduler(RedisScheduler):
         if self._wakeup is not None and self._wakeup.active():
             self._wakeup.cancel()
         assert self.frontier is not None
-        self.flush_pending()
         unfinished = [leased.lease for leased in self.buffer] + list(self.inflight)
-        given_back = self.frontier.release(unfinished)
+        try:
+            self.flush_pending()
+            given_back = self.frontier.release(unfinished)
+        except REDIS_ERRORS as exc:
+            # unacknowledged pages come back when their leases expire, and
+            # their links with them: nothing is lost, some pages are refetched
+            logger.warning("Redis unreachable at close (%s): %d leased requests will come back "
+                           "when their leases expire", _reason(exc), len(unfinished))
+            return
         if given_back:
             logger.info("Handed %d unfinished requests back to the frontier", given_back)
         self.buffer.clear()
@@ -179,7 +194,7 @@ class FrontierScheduler(RedisScheduler):
                 self.pending_acks.append(lease)
         self._inc("scheduler/enqueued/redis")
         if len(self.pending) >= self.config.batch:
-            self.flush_pending()
+            self._try_flush()
         return True
 
     def add_urls(self, urls: Iterable[str], *, depth: int = 0, priority: int = 0,
@@ -214,8 +229,18 @@ class FrontierScheduler(RedisScheduler):
                 continue
             offered += 1
         if len(self.pending) + sum(map(len, self.outbox.values())) >= self.config.batch:
-            self.flush_pending()
+            self._try_flush()
         return offered
+
+    def _try_flush(self) -> None:
+        if not self._redis_ok():
+            return
+        try:
+            self.flush_pending()
+        except REDIS_ERRORS as exc:
+            self._redis_failed(exc)
+        else:
+            self._redis_back()
 
     def _shard_link(self, shard: int) -> tuple[redis.Redis, Keys, Dedup]:
         """Client, keys and dedup layout of another shard's frontier."""
@@ -262,7 +287,12 @@ class FrontierScheduler(RedisScheduler):
     def push_domain(self, url: str, seconds: float) -> None:
         """No request to the domain of ``url`` before ``seconds`` from now."""
         assert self.frontier is not None
-        self.frontier.push_domain(domain_of(url), seconds)
+        try:
+            self.frontier.push_domain(domain_of(url), seconds)
+        except redis.RedisError as exc:
+            if isinstance(exc, REDIS_ERRORS):
+                self._redis_failed(exc)
+            return
         self._inc("crawler/frontier/domain_pushbacks")
 
     def dead_letter(self, request: Request | str, reason: str, *, status: int | None = None,
@@ -273,8 +303,16 @@ class FrontierScheduler(RedisScheduler):
         attempts = 1 if isinstance(request, str) else int(request.meta.get("crawler_attempts", 1))
         if isinstance(exception, BaseException):
             exception = type(exception).__name__
-        self.dead_letters.add([DeadLetter(url, reason, status, exception, attempts,
-                                          spider=self.spider.name, shard=self.frontier.keys.shard)])
+        letter = DeadLetter(url, reason, status, exception, attempts,
+                            spider=self.spider.name, shard=self.frontier.keys.shard)
+        try:
+            self.dead_letters.add([letter])
+        except redis.RedisError as exc:
+            if isinstance(exc, REDIS_ERRORS):
+                self._redis_failed(exc)
+            logger.warning("Dead letter not recorded, Redis unreachable: %s", letter.to_json())
+            self._inc("crawler/dlq/unrecorded")
+            return
         self._inc(f"crawler/dlq/{reason}")
 
     def ack(self, request: Request) -> None:
@@ -285,7 +323,14 @@ class FrontierScheduler(RedisScheduler):
 
     def _tick(self) -> None:
         self._sweep_finished()
-        self.flush_pending()
+        if not self._redis_ok():
+            return
+        try:
+            self.flush_pending()
+        except REDIS_ERRORS as exc:
+            self._redis_failed(exc)
+        else:
+            self._redis_back()
 
     def _sweep_finished(self) -> None:
         """Acknowledge leased requests the engine is done with.
@@ -312,21 +357,36 @@ class FrontierScheduler(RedisScheduler):
 
     def flush_pending(self) -> None:
         """Store buffered requests and acknowledgements: one round trip
-        (two when requests wait for the delayed set)."""
+        (two when requests wait for the delayed set).
+
+        Each buffer is cleared only once Redis has stored it: when a call
+        fails, everything is still here for the next attempt. When Redis is
+        out of memory, new requests are dropped (counted) and the
+        acknowledgements go with the next dequeue, which Redis still runs.
+        """
         assert self.frontier is not None
         if self.outbox:
             self._flush_outbox()  # before the acks below: a page is done once its links are stored
         if self.pending_delays:
-            delays, self.pending_delays = self.pending_delays, []
-            self.frontier.delay(
-                [(seconds, i.domain, i.priority, i.entry) for seconds, i, _ in delays],
-                acks=[lease for _, _, lease in delays if lease is not None],
-            )
-        if not self.pending and not self.pending_acks:
-            return
+            delays = self.pending_delays
+            leases = [lease for _, _, lease in delays if lease is not None]
+            try:
+                self.frontier.delay(
+                    [(seconds, i.domain, i.priority, i.entry) for seconds, i, _ in delays], acks=leases)
+            except redis.exceptions.OutOfMemoryError:
+                self._out_of_memory(len(delays))
+                self.pending_acks.extend(leases)
+            self.pending_delays = []
+        if not self.pending:
+            return  # acknowledgements alone go with the next dequeue
         items, acks = self.pending, self.pending_acks
+        try:
+            result = self.frontier.add(items, acks)
+        except redis.exceptions.OutOfMemoryError:
+            self._out_of_memory(len(items))
+            self.pending = []
+            return
         self.pending, self.pending_acks = [], []
-        result = self.frontier.add(items, acks)
         self._count(result)
         self._inc("crawler/frontier/acked", result.acked)
         if result.added:
@@ -367,6 +427,17 @@ class FrontierScheduler(RedisScheduler):
         if now < self._next_poll:
             self._wake_engine_in(self._next_poll - now)
             return
+        if not self._redis_ok():
+            return
+        try:
+            self._take()
+        except REDIS_ERRORS as exc:
+            self._redis_failed(exc)
+        else:
+            self._redis_back()
+
+    def _take(self) -> None:
+        now = time.monotonic()
         assert self.frontier is not None
         if self.pending or self.pending_delays or self.outbox:
             self.flush_pending()
@@ -405,18 +476,64 @@ class FrontierScheduler(RedisScheduler):
         if slot is not None:
             slot.nextcall.schedule()
 
+    # --- Redis outages ----------------------------------------------------
+
+    def _redis_ok(self) -> bool:
+        """False while Redis is away and the next attempt is not due yet."""
+        return self._down_since is None or time.monotonic() >= self._retry_at
+
+    def _redis_failed(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if self._down_since is None:
+            self._down_since = now
+            self._down_attempts = 0
+            logger.error("Redis at %s is unreachable (%s): crawl paused, nothing is lost; "
+                         "reconnecting with backoff", mask_url(self._url), _reason(exc))
+            self._inc("crawler/redis/outages")
+        self._down_attempts += 1
+        self._inc("crawler/redis/reconnect_attempts")
+        self._retry_at = now + min(_MAX_REDIS_BACKOFF, 0.25 * 2 ** min(self._down_attempts, 8))
+        self._wake_engine_in(self._retry_at - now)
+
+    def _redis_back(self) -> None:
+        if self._down_since is not None:
+            logger.warning("Redis at %s is back after %.1fs: crawl resumed",
+                           mask_url(self._url), time.monotonic() - self._down_since)
+            self._down_since = None
+
+    def _out_of_memory(self, dropped: int) -> None:
+        self._oom_dropped += dropped
+        self._inc("crawler/frontier/oom_dropped", dropped)
+        now = time.monotonic()
+        if now - self._oom_logged > 60:
+            self._oom_logged = now
+            logger.error("Redis is out of memory (maxmemory reached): new URLs are not stored "
+                         "(%d dropped so far); crawling what is queued goes on", self._oom_dropped)
+        if self.frontier is not None:
+            try:
+                self.server.hincrby(self.frontier.keys.stats, "oom_dropped", dropped)
+            except redis.RedisError:
+                pass
+
     # --- state -----------------------------------------------------------
 
     def has_pending_requests(self) -> bool:
-        if self.buffer or self.pending or self.pending_delays or self.outbox:
+        if self.buffer or self.pending or self.pending_delays or self.outbox or self.pending_acks:
             return True
+        if self._down_since is not None:
+            return True  # Redis away: never an idle close because of that
         now = time.monotonic()
         if now - self._pending_checked < 0.25:
             return self._pending_cached
         assert self.frontier is not None
-        self.flush_pending()
         self._pending_checked = now
-        if self.frontier.pending() > 0:
+        try:
+            pending = self.frontier.pending()
+        except REDIS_ERRORS as exc:
+            self._redis_failed(exc)
+            return True
+        self._redis_back()
+        if pending > 0:
             self._idle_since = None
             self._pending_cached = True
         else:
@@ -426,9 +543,12 @@ class FrontierScheduler(RedisScheduler):
         return self._pending_cached
 
     def __len__(self) -> int:
-        if self.frontier is None:
-            return 0
-        queued = self.server.hget(self.frontier.keys.stats, "queued")
+        if self.frontier is None or self._down_since is not None:
+            return len(self.buffer)
+        try:
+            queued = self.server.hget(self.frontier.keys.stats, "queued")
+        except REDIS_ERRORS:
+            return len(self.buffer)
         return int(queued or 0) + len(self.buffer)
 
     def _inc(self, key: str, count: int = 1) -> None:

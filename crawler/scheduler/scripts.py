@@ -14,13 +14,18 @@ _SOURCE_DIR = Path(__file__).resolve().parent.parent.parent / "lua"
 
 @cache
 def source(name: str) -> str:
-    """``_lib.lua`` followed by ``<name>.lua``."""
+    """``_lib.lua`` followed by ``<name>.lua`` (whose ``#!lua`` line, if any, goes first)."""
     if (_SOURCE_DIR / "_lib.lua").exists():
         read = lambda f: (_SOURCE_DIR / f).read_text()  # noqa: E731 - a source checkout
     else:
         package = resources.files("crawler.lua")
         read = lambda f: package.joinpath(f).read_text()  # noqa: E731 - an installed package
-    return read("_lib.lua") + "\n" + read(f"{name}.lua")
+    body = read(f"{name}.lua")
+    shebang = ""
+    if body.startswith("#!lua"):  # flags must open the script, before the library
+        shebang, _, body = body.partition("\n")
+        shebang += "\n"
+    return shebang + read("_lib.lua") + "\n" + body
 
 
 class Scripts:

@@ -27,7 +27,21 @@ _TRACKING = (
     "?fbclid=IwAR0abc",
     "#comments",
 )
-_TRAPS = ("/calendar/2026/1", "/fault/loop/0", "/fault/redirect/3/0")
+_TRAPS = ("/calendar/2026/1", "/fault/loop/0", "/fault/redirect/3/0", "/hostile.html")
+#: links a careless parser chokes on, and markup that is not well formed
+_HOSTILE = (
+    "<!DOCTYPE html><html><head><title>hostile<body><div><p><b><i>unclosed\n"
+    '<a href="http://bücher.test/straße">unicode host</a>\n'
+    '<a href="/a path/with spaces">spaces</a>\n'
+    '<a href="/broken%zz%4">broken escapes</a>\n'
+    '<a href="/long/' + "x" * 2500 + '">over-long</a>\n'
+    '<a href="ftp://files.test/x">ftp</a><a href="javascript:alert(1)">js</a>\n'
+    '<a href="mailto:x@y.test">mail</a><a href="data:text/html,hi">data</a>\n'
+    '<a href="http://[::1">bad ipv6</a><a href="http://exa mple.test/">space in host</a>\n'
+    '<a href="\x00\x01/control">control</a><a href="//">empty host</a>\n'
+    '<a href="/p/1.html">a good one</a>\n'
+    "<table><tr><td><a href='/p/2.html'>nested, unclosed"
+)
 
 
 @dataclass
@@ -194,6 +208,8 @@ class Site:
         if kind == "doc" and len(parts) == 2:
             return Reply(200, [b"%PDF-1.4\n", self.filler[: self.config.pdf_size]],
                          content_type=b"application/pdf")
+        if path == "/hostile.html":
+            return Reply(200, [_HOSTILE.encode()])
         if kind == "calendar" and len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
             return self._calendar(int(parts[1]), int(parts[2]))
         if kind == "fault" and len(parts) >= 2:

@@ -219,3 +219,33 @@ def test_tls_and_auth_with_masked_passwords(tmp_path: Path, make_web) -> None:
         assert "guess" not in refused.stderr
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(("setting", "message"), [
+    ("CRAWLER_MAX_PAGE_BYTES=big", "CRAWLER_MAX_PAGE_BYTES must be an integer, got 'big'"),
+    ("CRAWLER_MAX_ATTEMPTS=0", "CRAWLER_MAX_ATTEMPTS must be >= 1, got '0'"),
+    ("CRAWLER_HTML_ONLY=perhaps", "CRAWLER_HTML_ONLY must be True or False, got 'perhaps'"),
+    ("CRAWLER_DOMAIN_RATE=-1", "CRAWLER_DOMAIN_RATE must be >= 0, got '-1'"),
+    ("CRAWLER_SHARD_REDIS_URLS=[1]", "CRAWLER_SHARD_REDIS_URLS must be a dict of shard number -> REDIS_URL"),
+    ('CRAWLER_HOST_MAP={"*.test": "nowhere"}', "CRAWLER_HOST_MAP['*.test'] must be an IP address, got 'nowhere'"),
+])
+def test_bad_settings_are_one_line_naming_the_setting(redis_url: str, setting: str, message: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "demo", "-a", "start_urls=http://d0.test/",
+                             "-s", setting], cwd=ROOT, env=scrapy_env(redis_url), capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == f"crawler: error: {message}"
+
+
+def test_another_programs_keys_are_never_touched(redis_url: str, make_web) -> None:
+    client = redis.Redis.from_url(redis_url)
+    theirs = {"app:session:1": "a", "queue": "b", "demo:requests": "c", "crawler": "d"}
+    for key, value in theirs.items():
+        client.set(key, value)
+    web = make_web(domains=2, pages=5, **QUIET)
+    result = subprocess.run([sys.executable, "-m", "scrapy", *crawl_cmd(web, "CRAWLER_LOCK_DOMAINS=d0.test")[3:]],
+                            cwd=ROOT, env=scrapy_env(redis_url), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    assert {k: client.get(k).decode() for k in theirs} == theirs
+    ours = [k.decode() for k in client.keys("*") if k.decode() not in theirs]
+    assert ours and all(k.startswith("crawler:{demo:0}:") for k in ours)

@@ -15,8 +15,8 @@ from scrapy.commands.crawl import Command as ScrapyCrawl
 from scrapy.spiderloader import get_spider_loader
 
 from crawler.connection import RedisUnavailable, get_redis, redis_url
-from crawler.middlewares.lock import lock_ttl
-from crawler.scheduler.config import FrontierSettings, SettingsError
+from crawler.scheduler.config import SettingsError
+from crawler.settings_check import check_settings
 
 
 class Command(ScrapyCrawl):
@@ -24,8 +24,7 @@ class Command(ScrapyCrawl):
         super().process_options(args, opts)
         assert self.settings is not None
         try:
-            FrontierSettings.from_settings(self.settings)
-            lock_ttl(self.settings)
+            check_settings(self.settings)
             self._check_spider(args, opts)
             url = redis_url(self.settings)
             self.settings.set("REDIS_URL", url, priority="cmdline")

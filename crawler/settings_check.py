@@ -28,6 +28,7 @@ FORMS: dict[str, tuple[str, float]] = {
     "CRAWLER_METRICS_PORT": ("int", 0),
     "CRAWLER_EMBEDDED_REDIS": ("bool", 0),
     "CRAWLER_HTML_ONLY": ("bool", 0),
+    "CRAWLER_KEEPALIVE": ("bool", 0),
     "CRAWLER_FOLLOW_NOFOLLOW": ("bool", 0),
     "CRAWLER_FORWARD_LINKS": ("bool", 0),
     "CRAWLER_METRICS_ENABLED": ("bool", 0),

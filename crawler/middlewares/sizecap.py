@@ -37,6 +37,11 @@ class SizeCapMiddleware:
         if self.max_bytes <= 0:
             raise ValueError(f"CRAWLER_MAX_PAGE_BYTES must be > 0, got {self.max_bytes}")
         self.html_only = settings.getbool("CRAWLER_HTML_ONLY", True)
+        # A stopped download closes its connection while Twisted's pool may
+        # already be reusing it; Twisted then re-sends that GET, which the
+        # server had received: a duplicate fetch. Without keep-alive there
+        # is no reuse (and, with long politeness delays, nothing lost).
+        self.keepalive = settings.getbool("CRAWLER_KEEPALIVE", True)
         self.stats = crawler.stats
         self.received: dict[int, int] = {}
         crawler.signals.connect(self.headers_received, signal=signals.headers_received)
@@ -45,6 +50,10 @@ class SizeCapMiddleware:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SizeCapMiddleware:
         return cls(crawler)
+
+    def process_request(self, request: Request) -> None:
+        if not self.keepalive:
+            request.headers.setdefault(b"Connection", b"close")
 
     def limit(self, request: Request) -> int:
         if request.meta.get(ROBOTS):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -194,7 +194,7 @@ class FrontierScheduler(RedisScheduler):
                 self.pending_acks.append(lease)
         self._inc("scheduler/enqueued/redis")
         if len(self.pending) >= self.config.batch:
-            self._try_flush()
+            self._guarded(self.flush_pending)
         return True
 
     def add_urls(self, urls: Iterable[str], *, depth: int = 0, priority: int = 0,
@@ -229,18 +229,8 @@ class FrontierScheduler(RedisScheduler):
                 continue
             offered += 1
         if len(self.pending) + sum(map(len, self.outbox.values())) >= self.config.batch:
-            self._try_flush()
+            self._guarded(self.flush_pending)
         return offered
-
-    def _try_flush(self) -> None:
-        if not self._redis_ok():
-            return
-        try:
-            self.flush_pending()
-        except REDIS_ERRORS as exc:
-            self._redis_failed(exc)
-        else:
-            self._redis_back()
 
     def _shard_link(self, shard: int) -> tuple[redis.Redis, Keys, Dedup]:
         """Client, keys and dedup layout of another shard's frontier."""
@@ -323,14 +313,7 @@ class FrontierScheduler(RedisScheduler):
 
     def _tick(self) -> None:
         self._sweep_finished()
-        if not self._redis_ok():
-            return
-        try:
-            self.flush_pending()
-        except REDIS_ERRORS as exc:
-            self._redis_failed(exc)
-        else:
-            self._redis_back()
+        self._guarded(self.flush_pending)
 
     def _sweep_finished(self) -> None:
         """Acknowledge leased requests the engine is done with.
@@ -427,14 +410,7 @@ class FrontierScheduler(RedisScheduler):
         if now < self._next_poll:
             self._wake_engine_in(self._next_poll - now)
             return
-        if not self._redis_ok():
-            return
-        try:
-            self._take()
-        except REDIS_ERRORS as exc:
-            self._redis_failed(exc)
-        else:
-            self._redis_back()
+        self._guarded(self._take)
 
     def _take(self) -> None:
         now = time.monotonic()
@@ -477,6 +453,18 @@ class FrontierScheduler(RedisScheduler):
             slot.nextcall.schedule()
 
     # --- Redis outages ----------------------------------------------------
+
+    def _guarded(self, call: Callable[[], None]) -> None:
+        """``call()``, unless Redis is away and the next attempt is not due;
+        an outage is noted (once) instead of raised."""
+        if not self._redis_ok():
+            return
+        try:
+            call()
+        except REDIS_ERRORS as exc:
+            self._redis_failed(exc)
+        else:
+            self._redis_back()
 
     def _redis_ok(self) -> bool:
         """False while Redis is away and the next attempt is not due yet."""

@@ -125,8 +125,8 @@ def _summary(stats: dict[str, object], elapsed: float, served: int, output: Path
     print(f"  pages fetched        {pages} in {elapsed:.0f}s ({pages / max(elapsed, 1e-9):.1f} pages/s)")
     print(f"  domains              {get('crawler/domains_seen')}")
     print(f"  duplicates skipped   {duplicates(stats)}")  # type: ignore[arg-type]
-    print(f"  robots.txt forbidden {get('crawler/robots/disallowed')} "
-          f"(robots.txt fetched {get('crawler/robots/fetched')} times)")
+    print(f"  robots.txt forbidden {get('crawler/robots/disallowed') + get('crawler/links/robots_disallowed')} "
+          f"links and requests (robots.txt fetched {get('crawler/robots/fetched')} times)")
     print(f"  retries              {get('crawler/backoff/retries')} "
           f"(gave up {get('crawler/backoff/exhausted')})")
     dead = sum(v for k, v in stats.items() if k.startswith("crawler/dlq/") and isinstance(v, int))

@@ -58,7 +58,7 @@ def test_two_processes_fetch_every_page_once_and_keep_the_delay(redis_url: str, 
         if e.path != "/robots.txt":
             by_domain[e.domain].append(e.ms)
     gaps = [b - a for times in by_domain.values() for a, b in zip(sorted(times), sorted(times)[1:])]
-    assert min(gaps) >= 250 - 25, sorted(gaps)[:5]  # arrival jitter on loopback
+    assert min(gaps) >= 250 - 100, sorted(gaps)[:5]  # dequeues are 250 ms apart; arrivals jitter under load
     both_worked = [json.loads(line.split("crawler/frontier/enqueued': ", 1)[1].split(",", 1)[0])
                    for _, err in outputs for line in [err] if "crawler/frontier/enqueued" in err]
     assert len(both_worked) == 2

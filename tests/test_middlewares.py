@@ -90,7 +90,9 @@ def test_locked_domain_is_never_fetched_by_two_processes_at_once(redis_url: str,
     procs = [start(cmd, redis_url) for _ in range(2)]
     errs = [p.communicate(timeout=120)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), errs[0][-2000:]
-    assert all("downloader/request_count" in err for err in errs), errs  # both workers fetched
+    # a worker started late under load may find everything leased by the other;
+    # the audit below needs no second worker: one sends up to 8 requests per
+    # domain at once, so without the lock it fails all the same
     assert any("crawler/lock/acquired" in err for err in errs), errs
     by_domain = defaultdict(list)
     for e in web.log():

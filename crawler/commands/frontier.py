@@ -50,10 +50,9 @@ def report(client: redis.Redis, keys: Keys) -> dict[str, Any]:
     frontier = Frontier(client, keys)
     status = frontier.status()
     counters = status.pop("counters")
-    now_s, now_us = client.time()
-    now = now_s * 1000 + now_us // 1000
-    head = client.zrange(keys.ready, 0, 0, withscores=True)
-    lag = max(0.0, (now - head[0][1]) / 1000) if head else 0.0
+    # how long the most overdue domain has been due: its next-due time is in the past
+    next_due = status["next_due_ms"]
+    lag = max(0.0, -next_due / 1000) if next_due is not None else 0.0
     mode = (client.hget(keys.meta, "dedup") or b"exact").decode()
     memory = client.info("memory")
     attempts = counters.get("attempts", 0)

@@ -161,12 +161,12 @@ class SharedRobotsMiddleware:
         try:
             record, ttl = await self._fetch(origin)
             client.set(key, json.dumps(record), px=int(ttl * 1000))
-            if record["mode"] == "parse":
-                try:
-                    self._apply_crawl_delay(origin, record, scheduler)
-                except redis.RedisError:
-                    logger.warning("Crawl-delay of %s not stored: Redis unavailable", origin)
-            return self._remember(origin, record, ttl)
+            rules = self._remember(origin, record, ttl)
+            try:
+                self._apply_crawl_delay(origin, rules, scheduler)
+            except redis.RedisError:
+                logger.warning("Crawl-delay of %s not stored: Redis unavailable", origin)
+            return rules
         finally:
             if client.get(key + ":fetching") == token.encode():
                 client.delete(key + ":fetching")
@@ -201,8 +201,8 @@ class SharedRobotsMiddleware:
         self.local[origin] = (rules, time.monotonic() + min(ttl, 300.0))
         return rules
 
-    def _apply_crawl_delay(self, origin: str, record: dict[str, Any], scheduler: Any) -> None:
-        delay = Rules(record, self.agent).crawl_delay()
+    def _apply_crawl_delay(self, origin: str, rules: Rules, scheduler: Any) -> None:
+        delay = rules.crawl_delay()
         if delay is None:
             return
         capped = min(delay, self.max_delay)

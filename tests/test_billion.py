@@ -93,6 +93,14 @@ def test_link_extraction_rules() -> None:
     assert no_base == ["http://site.test/p/x.html"]
 
 
+def test_base_anywhere_and_nofollow_per_anchor() -> None:
+    html = b"""<a href="a.html">a</a><a REL="NOFOLLOW" href="/hidden">x</a>
+      <a rel=nofollow href="shared.html">x</a><a href="shared.html#again">followed here</a>
+      <base href="http://other.test/d/"><base href="http://ignored.test/">"""
+    assert LinkExtractor()(html, "http://site.test/p/1.html") == [
+        "http://other.test/d/a.html", "http://other.test/d/shared.html"]
+
+
 def test_seed_formats_and_bad_lines() -> None:
     seeds, errors = parse_seeds([
         "1,example.com", "2,Example.ORG.", "bare.net", "https://www.x.io/start?utm_source=a",

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scrapy import Request
 
-from crawler.scheduler.canonical import Canonicalizer, canonicalize
+from crawler.scheduler.canonical import Canonicalizer, _normalise_escapes, canonicalize
 from crawler.scheduler.fingerprint import Fingerprinter
 
 label = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=10)
@@ -64,6 +64,28 @@ def test_tracking_fragment_and_host_case_share_a_fingerprint(
 )
 def test_examples(url: str, canonical: str) -> None:
     assert canonicalize(url) == canonical
+
+
+def reference_escapes(text: str) -> str:
+    """Every %XX: decoded if unreserved, else upper-case hex."""
+    out, i = [], 0
+    while i < len(text):
+        chunk = text[i : i + 3]
+        if len(chunk) == 3 and chunk[0] == "%" and all(c in "0123456789abcdefABCDEF" for c in chunk[1:]):
+            char = chr(int(chunk[1:], 16))
+            out.append(char if char.isascii() and (char.isalnum() or char in "-_~") else chunk.upper())
+            i += 3
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from("%a/.-"), st.integers(0, 255).map(lambda b: f"%{b:02x}"),
+                          st.integers(0, 255).map(lambda b: f"%{b:02X}")), max_size=12).map("".join))
+def test_escapes_normalised_byte_by_byte(text: str) -> None:
+    assert _normalise_escapes(text) == reference_escapes(text)
 
 
 def test_extra_tracking_parameters_from_settings() -> None:

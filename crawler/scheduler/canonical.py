@@ -17,7 +17,12 @@ from ada_url import normalize_url
 
 DEFAULT_TRACKING = ("utm_*", "gclid", "fbclid", "mc_cid", "mc_eid")
 
-_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+# only the escapes that change: lower-case hex digits, or an unreserved
+# character (A-Z a-z 0-9 - _ ~) escaped; most escapes (%20, %2F, %E2...) match
+# none and cost no Python call
+_ESCAPE = re.compile(
+    r"%([0-9A-Fa-f][a-f]|[a-f][0-9A-Fa-f]|3[0-9]|4[1-9A-F]|5[0-9A]|6[1-9A-F]|7[0-9A]|2D|5F|7E)"
+)
 # unreserved characters, decoded where escaped; not ".", which could form a
 # dot segment that a second parse would resolve
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_~")

@@ -28,12 +28,7 @@ from crawler.scheduler.frontier import Frontier, Item  # noqa: E402
 from crawler.scheduler.keys import Keys  # noqa: E402
 from crawler.testweb.config import WebConfig  # noqa: E402
 from crawler.testweb.control import TestWebProcess  # noqa: E402
-from tests.servers import RedisServer  # noqa: E402
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from tests.servers import RedisServer, cpu_seconds  # noqa: E402
 
 
 def warm(web: TestWebProcess, domains: int, pages: int) -> None:

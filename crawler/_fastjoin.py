@@ -5,7 +5,7 @@ Most links on a page are plain relative paths (``../std/index.html``,
 WHATWG algorithm reduces to string work: join to the base's directory or
 origin, then remove dot segments. Everything else (a query, a ``%``, a port,
 non-ASCII, a backslash, ``//host``, an IPv4-looking or punycode host...)
-returns ``None`` and goes to the full parser. ``tests/test_billion.py``
+returns ``None`` and goes to the full parser. ``tests/test_fastjoin.py``
 checks this module against ada on generated hrefs.
 """
 

@@ -16,6 +16,12 @@ from crawler.embedded import find_redis_server
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a running process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

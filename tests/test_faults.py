@@ -23,7 +23,7 @@ from crawler.scheduler import codec
 from crawler.scheduler.frontier import Frontier
 from crawler.scheduler.keys import Keys
 from crawler.testweb.site import Site
-from tests.servers import ROOT, RedisServer, scrapy_env
+from tests.servers import ROOT, RedisServer, cpu_seconds, scrapy_env
 from tests.test_scheduler import all_pages, crawl_cmd, page_fetches, start
 
 pytestmark = pytest.mark.faults
@@ -35,11 +35,6 @@ def durable_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path / "aof", "--appendonly", "yes", "--appendfsync", "always").start()
     yield server
     server.stop()
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_for_pages(web, n: int, timeout: float = 60) -> None:

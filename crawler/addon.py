@@ -29,6 +29,7 @@ from crawler.middlewares.useragent import ContactUserAgentMiddleware
 from crawler.scheduler.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
 from crawler.scheduler.fingerprint import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
+from crawler.tls import HTTPSDownloadHandler
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -63,5 +64,8 @@ class Addon:
             settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", cls, order)
         for cls, order in EXTENSIONS.items():  # each is off until its setting asks for it
             settings.setdefault_in_component_priority_dict("EXTENSIONS", cls, order)
+        handlers = settings.getdict("DOWNLOAD_HANDLERS")
+        if "https" not in handlers:
+            settings.set("DOWNLOAD_HANDLERS", {**handlers, "https": HTTPSDownloadHandler}, "addon")
         if settings.get("USER_AGENT", "").startswith("Scrapy/"):
             settings.set("USER_AGENT", f"{settings['BOT_NAME']} (+{{contact}})", "addon")

@@ -1,10 +1,14 @@
-"""Every fetched page to local disk as gzip WARC/1.1 (warcio).
+"""Every fetched page to local disk as gzip WARC/1.1.
 
 On when ``CRAWLER_WARC_DIR`` is set. One writer per process; files are named
 ``<spider>-<shard>-<host>-<pid>-<UTC time>-<n>.warc.gz`` (no two processes
 share a file) and rotated at ``CRAWLER_WARC_MAX_BYTES`` (1 GB). Each page is a
 request record and a response record holding the body as received (cut at
 ``CRAWLER_MAX_PAGE_BYTES``, then marked ``WARC-Truncated: length``).
+
+Records are compressed with ISA-L at ``CRAWLER_WARC_LEVEL`` (0-3, default 1)
+and written by a thread (:mod:`crawler.warcfile`); at most
+``CRAWLER_WARC_QUEUE`` pages wait for it, then the crawl waits for the disk.
 """
 
 from __future__ import annotations
@@ -13,17 +17,14 @@ import logging
 import os
 import socket
 import time
-from io import BytesIO
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
-from warcio.statusandheaders import StatusAndHeaders
-from warcio.warcwriter import WARCWriter
 
 from crawler.middlewares.sizecap import ROBOTS, TRUNCATED
+from crawler.warcfile import Page, WarcWriter
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -31,21 +32,21 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
-_DROP = {b"content-encoding", b"transfer-encoding", b"content-length"}
 
 
 class WarcExtension:
     def __init__(self, crawler: Crawler) -> None:
-        directory = crawler.settings.get("CRAWLER_WARC_DIR")
+        settings = crawler.settings
+        directory = settings.get("CRAWLER_WARC_DIR")
         if not directory:
             raise NotConfigured
         self.directory = Path(directory)
-        self.max_bytes = crawler.settings.getint("CRAWLER_WARC_MAX_BYTES", 1_000_000_000)
+        self.max_bytes = settings.getint("CRAWLER_WARC_MAX_BYTES", 1_000_000_000)
+        self.level = settings.getint("CRAWLER_WARC_LEVEL", 1)
+        self.max_queued = settings.getint("CRAWLER_WARC_QUEUE", 256)
         self.stats = crawler.stats
-        self.file: IO[bytes] | None = None
-        self.writer: WARCWriter | None = None
-        self.count = 0
         self.prefix = ""
+        self.writer: WarcWriter | None = None
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self.response_received, signal=signals.response_received)
@@ -58,63 +59,30 @@ class WarcExtension:
         shard = int(getattr(spider, "shard", 0))
         self.prefix = f"{spider.name}-{shard:03d}-{socket.gethostname()}-{os.getpid()}"
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.writer = WarcWriter(self._name, level=self.level, max_bytes=self.max_bytes,
+                                 max_queued=self.max_queued, on_file=self._opened)
+
+    def _name(self, n: int) -> Path:
+        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+        return self.directory / f"{self.prefix}-{stamp}-{n:05d}.warc.gz"
+
+    def _opened(self, path: Path) -> None:  # on the writer's thread
+        self.stats.inc_value("crawler/warc/files")
+        logger.info("Writing WARC file %s", path)
 
     def spider_closed(self) -> None:
-        self._close()
-
-    def _open(self) -> WARCWriter:
-        if self.writer is None:
-            self.count += 1
-            stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
-            path = self.directory / f"{self.prefix}-{stamp}-{self.count:05d}.warc.gz"
-            self.file = open(path, "xb")  # "x": never two writers on one file
-            self.writer = WARCWriter(self.file, gzip=True, warc_version="WARC/1.1")
-            info = self.writer.create_warcinfo_record(path.name, {"software": "polite-crawler",
-                                                                  "format": "WARC File Format 1.1"})
-            self.writer.write_record(info)
-            self.stats.inc_value("crawler/warc/files")
-            logger.info("Writing WARC file %s", path)
-        return self.writer
-
-    def _close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-        self.file, self.writer = None, None
+        if self.writer is not None:
+            self.writer.close()
+            self.stats.set_value("crawler/warc/blocked_seconds", round(self.writer.blocked, 3))
 
     def response_received(self, response: Response, request: Request, spider: Spider) -> None:
-        if request.meta.get(ROBOTS):
+        if request.meta.get(ROBOTS) or self.writer is None:
             return
-        writer = self._open()
-        parts = urlsplit(request.url)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        request_headers = StatusAndHeaders(
-            f"{request.method} {target} HTTP/1.1",
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, vs in request.headers.items() for v in vs]
-            + [("Host", parts.netloc)],
-            is_http_request=True,
-        )
-        response_headers = StatusAndHeaders(
-            f"{response.status} {_reason(response.status)}",
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, vs in response.headers.items()
-             for v in vs if k.lower() not in _DROP] + [("Content-Length", str(len(response.body)))],
-            protocol="HTTP/1.1",
-        )
-        warc_headers = {"WARC-Truncated": "length"} if request.meta.get(TRUNCATED) else None
-        writer.write_record(writer.create_warc_record(
-            request.url, "request", payload=BytesIO(request.body or b""), http_headers=request_headers))
-        writer.write_record(writer.create_warc_record(
-            request.url, "response", payload=BytesIO(response.body), http_headers=response_headers,
-            warc_headers_dict=warc_headers))
+        self.writer.put(Page(
+            request.url, request.method,
+            [(k, v) for k, vs in request.headers.items() for v in vs], request.body or b"",
+            response.status,
+            [(k, v) for k, vs in response.headers.items() for v in vs], response.body,
+            truncated=bool(request.meta.get(TRUNCATED)), date=time.time(),
+        ))
         self.stats.inc_value("crawler/warc/records", 2)
-        assert self.file is not None
-        if self.file.tell() >= self.max_bytes:
-            self._close()
-
-
-def _reason(status: int) -> str:
-    from http import HTTPStatus
-
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Unknown"

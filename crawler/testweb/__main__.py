@@ -7,7 +7,9 @@ import asyncio
 import json
 import signal
 import socket
+import ssl
 import sys
+import tempfile
 from pathlib import Path
 
 from crawler.testweb.config import WebConfig
@@ -31,7 +33,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--links", type=int)
     p.add_argument("--size-fixed", type=int)
     p.add_argument("--log", type=Path, help="also append the request log to this file")
+    p.add_argument("--tls", action="store_true", help="serve HTTPS (a certificate made at start)")
+    p.add_argument("--ca-file", type=Path, help="where to write the CA certificate (PEM) with --tls")
     return p.parse_args(argv)
+
+
+def tls_context(config: WebConfig, ca_file: Path) -> ssl.SSLContext:
+    """A server context whose certificate covers every domain of ``config``;
+    the CA that signed it is written to ``ca_file`` for clients to trust."""
+    import trustme
+
+    ca = trustme.CA()
+    names = {config.domain(i) for i in range(min(config.domains, 50))}
+    suffix = config.domain(0).partition(".")[2]
+    if suffix:
+        names.add(f"*.{suffix}")  # the rest of a large web
+    cert = ca.issue_cert(*sorted(names), "127.0.0.1")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(context)
+    ca.cert_pem.write_to_path(str(ca_file))
+    return context
 
 
 async def _main(args: argparse.Namespace) -> None:
@@ -43,11 +64,18 @@ async def _main(args: argparse.Namespace) -> None:
         value = getattr(args, key)
         if value is not None:
             data[key] = value
+    if args.tls:
+        data["tls"] = True
     config = WebConfig.from_json(json.dumps(data))
     port = args.port or _free_port(args.host)
     site = Site(config, port)
     log = RequestLog(args.log)
-    server = await serve(site, log, args.host, port)
+    context, ready = None, f"READY port={port}"
+    if config.tls:
+        ca_file = args.ca_file or Path(tempfile.mkdtemp(prefix="testweb-")) / "ca.pem"
+        context = tls_context(config, ca_file)
+        ready += f" ca={ca_file}"
+    server = await serve(site, log, args.host, port, context)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -59,9 +87,9 @@ async def _main(args: argparse.Namespace) -> None:
             log.flush()
 
     task = asyncio.create_task(flusher())
-    print(f"READY port={port}", flush=True)
+    print(ready, flush=True)
     print(
-        f"test web on http://{args.host}:{port}/ serving {config.domains} domains "
+        f"test web on {config.scheme}://{args.host}:{port}/ serving {config.domains} domains "
         f"({config.domain(0)} ... {config.domain(config.domains - 1)}) "
         f"x {config.pages} pages",
         file=sys.stderr, flush=True,

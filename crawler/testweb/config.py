@@ -41,6 +41,12 @@ class WebConfig:
     pdf_size: int = 1_000_000
     redirect_hops: int = 3
     public_port: int | None = None  # port written into cross-domain links
+    # the open web's timing: HTTPS (a certificate for every domain, made at
+    # start), a log-normal time to first byte and a rate per connection
+    tls: bool = False
+    latency_ms: float = 0.0  # median time to first byte; 0: answer at once
+    latency_sigma: float = 0.5  # spread of the log-normal latency
+    bandwidth: int = 0  # bytes per second per connection; 0: unlimited
 
     def __post_init__(self) -> None:
         errors = []
@@ -57,6 +63,8 @@ class WebConfig:
         for kind in self.robots_faults:
             if kind not in ROBOTS_FAULTS:
                 errors.append(f"unknown robots fault {kind!r} (known: {', '.join(ROBOTS_FAULTS)})")
+        if self.latency_ms < 0 or self.latency_sigma < 0 or self.bandwidth < 0:
+            errors.append("latency_ms, latency_sigma and bandwidth must be >= 0")
         if sum(self.faults.values()) > 1 or sum(self.robots_faults.values()) > 1:
             errors.append("fault shares add up to more than 1")
         if errors:
@@ -68,6 +76,10 @@ class WebConfig:
         mu = math.log(self.size_median)
         sigma = math.sqrt(2 * math.log(self.size_mean / self.size_median))
         return mu, sigma
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
     def domain(self, index: int) -> str:
         return self.domain_template.format(index)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 import urllib.request
@@ -42,6 +43,7 @@ class TestWebProcess:
         self.log_path = log_path
         self.cpu = cpu
         self.port = 0
+        self.ca_file: str | None = None  # with tls: the CA certificate clients trust
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> TestWebProcess:
@@ -57,7 +59,9 @@ class TestWebProcess:
         if not line.startswith("READY port="):
             self.stop()
             raise RuntimeError(f"test web did not start: {line!r}")
-        self.port = int(line.strip().split("=", 1)[1])
+        fields = dict(part.split("=", 1) for part in line.split()[1:])
+        self.port = int(fields["port"])
+        self.ca_file = fields.get("ca")
         return self
 
     def stop(self) -> None:
@@ -82,31 +86,45 @@ class TestWebProcess:
 
     def url(self, domain: int | str, path: str = "/") -> str:
         name = self.config.domain(domain) if isinstance(domain, int) else domain
-        return f"http://{name}:{self.port}{path}"
+        return f"{self.config.scheme}://{name}:{self.port}{path}"
+
+    @property
+    def base(self) -> str:
+        return f"{self.config.scheme}://127.0.0.1:{self.port}"
+
+    def _open(self, request: urllib.request.Request | str, timeout: float) -> Any:
+        handlers: list[Any] = [_NoRedirect]
+        if self.ca_file:
+            context = ssl.create_default_context(cafile=self.ca_file)
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        return urllib.request.build_opener(*handlers).open(request, timeout=timeout)
 
     def fetch(self, domain: int | str, path: str = "/", timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
         """GET a page straight from 127.0.0.1 with the right Host header."""
         name = self.config.domain(domain) if isinstance(domain, int) else domain
         request = urllib.request.Request(
-            f"http://127.0.0.1:{self.port}{path}", headers={"Host": f"{name}:{self.port}"}
+            f"{self.base}{path}", headers={"Host": f"{name}:{self.port}"}
         )
-        opener = urllib.request.build_opener(_NoRedirect)
         try:
-            with opener.open(request, timeout=timeout) as resp:
+            with self._open(request, timeout) as resp:
                 return resp.status, dict(resp.headers), resp.read()
         except urllib.error.HTTPError as err:
             return err.code, dict(err.headers), err.read()
 
     def log(self, since: int = 0) -> list[LogEntry]:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.port}/__testweb__/log?since={since}", timeout=30
-        ) as resp:
+        with self._open(f"{self.base}/__testweb__/log?since={since}", 30) as resp:
             text = resp.read().decode()
         entries = []
         for line in text.splitlines():
             ms, host, target, status = line.split("\t")
             entries.append(LogEntry(float(ms), host, target, int(status)))
         return entries
+
+
+    def counters(self) -> dict[str, int]:
+        """Connections, TLS handshakes, resumed handshakes and requests so far."""
+        with self._open(f"{self.base}/__testweb__/stats", 30) as resp:
+            return json.loads(resp.read())
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -1,13 +1,23 @@
 """The HTTP/1.1 server of the test web: asyncio protocol, keep-alive, a log.
 
 Every request except the control paths under ``/__testweb__/`` is recorded as
-``<epoch ms>\t<host>\t<target>\t<status>`` (status 0: connection dropped).
-``GET /__testweb__/log?since=N`` returns the log from line N on.
+``<epoch ms>\t<host>\t<target>\t<status>`` (status 0: connection dropped),
+the time being when the request's head arrived.
+``GET /__testweb__/log?since=N`` returns the log from line N on;
+``GET /__testweb__/stats`` counts connections, TLS handshakes and the
+handshakes that resumed a session.
+
+With ``tls`` the port speaks HTTPS only. ``latency_ms`` delays each answer by
+a log-normal time to first byte; ``bandwidth`` paces each connection's writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
+import random
+import ssl
 import time
 from pathlib import Path
 
@@ -44,16 +54,37 @@ class RequestLog:
             self._file = None
 
 
+_TICK = 0.05  # seconds between two paced writes
+
+
+class Counters:
+    def __init__(self) -> None:
+        self.connections = 0
+        self.tls_handshakes = 0
+        self.tls_resumed = 0
+        self.requests = 0
+
+    def to_json(self) -> bytes:
+        return json.dumps(vars(self), sort_keys=True).encode()
+
+
 class HTTPProtocol(asyncio.Protocol):
-    def __init__(self, site: Site, log: RequestLog) -> None:
+    def __init__(self, site: Site, log: RequestLog, counters: Counters, rng: random.Random) -> None:
         self.site = site
         self.log = log
+        self.counters = counters
+        self.rng = rng
         self.buffer = bytearray()
-        self.waiting = False  # a delayed answer is pending; later requests wait
+        self.waiting = False  # a delayed or paced answer is pending; later requests wait
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.counters.connections += 1
+        tls = transport.get_extra_info("ssl_object")
+        if tls is not None:  # asyncio completes the handshake first
+            self.counters.tls_handshakes += 1
+            self.counters.tls_resumed += bool(tls.session_reused)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -96,9 +127,14 @@ class HTTPProtocol(asyncio.Protocol):
                 continue
             reply = self.site.answer(host, target)
             self.log.add(host, target, reply.status)
+            self.counters.requests += 1
             if reply.drop:
                 self.transport.abort()
                 return
+            config = self.site.config
+            if config.latency_ms:
+                reply.delay += self.rng.lognormvariate(math.log(config.latency_ms / 1000),
+                                                       config.latency_sigma)
             if reply.delay:
                 self.waiting = True
                 asyncio.get_running_loop().call_later(
@@ -124,11 +160,31 @@ class HTTPProtocol(asyncio.Protocol):
         head.extend(b"%s: %s\r\n" % pair for pair in reply.headers)
         head.append(b"Connection: keep-alive\r\n\r\n" if keep_alive else b"Connection: close\r\n\r\n")
         self.transport.write(b"".join(head))
+        rate = self.site.config.bandwidth
+        if rate and not head_only and reply.length:
+            self.waiting = True
+            body = b"".join(reply.parts)
+            self._pace(memoryview(body), max(1, int(rate * _TICK)), keep_alive)
+            return
         if not head_only:
             self.transport.writelines(reply.parts)
         if not keep_alive:
             self.transport.close()
             self.transport = None
+
+    def _pace(self, rest: memoryview, chunk: int, keep_alive: bool) -> None:
+        if self.transport is None:
+            return
+        self.transport.write(rest[:chunk])
+        if len(rest) > chunk:
+            asyncio.get_running_loop().call_later(_TICK, self._pace, rest[chunk:], chunk, keep_alive)
+            return
+        self.waiting = False
+        if not keep_alive:
+            self.transport.close()
+            self.transport = None
+            return
+        self._process()
 
     def _control(self, target: str) -> Reply:
         path, _, query = target.partition("?")
@@ -140,6 +196,8 @@ class HTTPProtocol(asyncio.Protocol):
                     since = int(value)
             body = "".join(self.log.lines[since:]).encode()
             return Reply(200, [body], content_type=b"text/tab-separated-values")
+        if path == _CONTROL + "stats":
+            return Reply(200, [self.counters.to_json()], content_type=b"application/json")
         if path == _CONTROL + "config":
             return Reply(200, [self.site.config.to_json().encode()], content_type=b"application/json")
         return Reply(404, [b"unknown control path\n"], content_type=b"text/plain")
@@ -149,6 +207,10 @@ def _bad_request() -> Reply:
     return Reply(400, [b"bad request\n"], content_type=b"text/plain")
 
 
-async def serve(site: Site, log: RequestLog, host: str, port: int) -> asyncio.Server:
+async def serve(site: Site, log: RequestLog, host: str, port: int,
+                tls: ssl.SSLContext | None = None) -> asyncio.Server:
     loop = asyncio.get_running_loop()
-    return await loop.create_server(lambda: HTTPProtocol(site, log), host, port, backlog=1024)
+    counters = Counters()
+    rng = random.Random(site.config.seed)
+    return await loop.create_server(lambda: HTTPProtocol(site, log, counters, rng), host, port,
+                                    backlog=4096, ssl=tls)

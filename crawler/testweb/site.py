@@ -115,7 +115,7 @@ class Site:
         return None
 
     def url(self, d: int, path: str) -> str:
-        return f"http://{self.config.domain(d)}:{self.port}{path}"
+        return f"{self.config.scheme}://{self.config.domain(d)}:{self.port}{path}"
 
     def page_links(self, d: int, k: int) -> list[str]:
         """The hrefs of page k of domain d, in document order."""

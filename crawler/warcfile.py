@@ -1,0 +1,213 @@
+"""WARC/1.1 records, gzip-compressed per record, written by a thread.
+
+Each record is one gzip member (ISA-L, ``isal``), so any WARC reader
+(warcio, the Internet Archive's tools) reads the files and can seek to a
+record. Compression and writing happen on a thread of their own: ISA-L and
+the file writes release the GIL, so they run beside the reactor instead of
+in its way. The queue between the two is bounded (``max_queued`` pages);
+when the disk falls behind, :meth:`WarcWriter.put` blocks the crawl until
+there is room, so memory stays flat.
+
+A killed process leaves at most one truncated record at the end of a file;
+``close`` (spider closed, SIGTERM, or interpreter exit) writes everything
+queued first.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import hashlib
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from http import HTTPStatus
+from pathlib import Path
+from typing import IO
+
+from isal import isal_zlib
+
+logger = logging.getLogger(__name__)
+
+_HOP_BY_HOP = {b"content-encoding", b"transfer-encoding", b"content-length"}
+Headers = Sequence[tuple[bytes, bytes]]
+
+
+@dataclass
+class Page:
+    """One fetch as it goes into the WARC file: a request and a response record."""
+
+    url: str
+    method: str
+    request_headers: Headers
+    request_body: bytes
+    status: int
+    response_headers: Headers
+    body: bytes
+    truncated: bool = False
+    date: float = 0.0  # epoch seconds of the fetch
+
+
+def _warc_headers(kind: str, url: str, date: str, content_type: str, length: int,
+                  extra: Sequence[tuple[str, str]] = ()) -> bytes:
+    lines = [
+        "WARC/1.1",
+        f"WARC-Type: {kind}",
+        f"WARC-Record-ID: <urn:uuid:{uuid.uuid4()}>",
+        f"WARC-Date: {date}",
+    ]
+    if url:
+        lines.append(f"WARC-Target-URI: {url}")
+    lines += [f"{name}: {value}" for name, value in extra]
+    lines += [f"Content-Type: {content_type}", f"Content-Length: {length}", "", ""]
+    return "\r\n".join(lines).encode("utf-8")
+
+
+def _http_head(first_line: str, headers: Headers) -> bytes:
+    out = [first_line.encode("latin-1"), b"\r\n"]
+    for name, value in headers:
+        out += [name, b": ", value, b"\r\n"]
+    out.append(b"\r\n")
+    return b"".join(out)
+
+
+def _sha1(data: bytes) -> str:
+    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode()
+
+
+def page_records(page: Page) -> list[list[bytes]]:
+    """The request and response records of ``page``, each as a list of parts."""
+    date = datetime.fromtimestamp(page.date or time.time(), timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ")
+    parts = page.url.split("/", 3)
+    target = "/" + (parts[3] if len(parts) > 3 else "")
+    target = target.split("#", 1)[0]
+    host = parts[2] if len(parts) > 2 else ""
+    request_head = _http_head(f"{page.method} {target} HTTP/1.1",
+                              [*page.request_headers, (b"Host", host.encode("latin-1"))])
+    request_block = request_head + page.request_body
+    try:
+        reason = HTTPStatus(page.status).phrase
+    except ValueError:
+        reason = "Unknown"
+    response_head = _http_head(
+        f"HTTP/1.1 {page.status} {reason}",
+        [(k, v) for k, v in page.response_headers if k.lower() not in _HOP_BY_HOP]
+        + [(b"Content-Length", str(len(page.body)).encode())],
+    )
+    extra = [("WARC-Payload-Digest", _sha1(page.body))]
+    if page.truncated:
+        extra.append(("WARC-Truncated", "length"))
+    response = [
+        _warc_headers("response", page.url, date, "application/http; msgtype=response",
+                      len(response_head) + len(page.body), extra),
+        response_head, page.body, b"\r\n\r\n",
+    ]
+    request = [
+        _warc_headers("request", page.url, date, "application/http; msgtype=request",
+                      len(request_block)),
+        request_block, b"\r\n\r\n",
+    ]
+    return [request, response]
+
+
+def warcinfo_record(filename: str, fields: dict[str, str]) -> list[bytes]:
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    body = "".join(f"{k}: {v}\r\n" for k, v in fields.items()).encode()
+    head = _warc_headers("warcinfo", "", date, "application/warc-fields", len(body),
+                         [("WARC-Filename", filename)])
+    return [head, body, b"\r\n\r\n"]
+
+
+def gzip_member(parts: Sequence[bytes], level: int) -> bytes:
+    """``parts`` as one gzip member (wbits 31)."""
+    compressor = isal_zlib.compressobj(level, isal_zlib.DEFLATED, 31)
+    return b"".join([*(compressor.compress(p) for p in parts), compressor.flush()])
+
+
+class WarcWriter:
+    """Writes pages to rotating ``.warc.gz`` files from a thread of its own.
+
+    ``name_file(n)`` gives the path of the n-th file (n from 1). Files are
+    opened with ``"x"``: two writers never share one.
+    """
+
+    def __init__(self, name_file: Callable[[int], Path], *, level: int = 1,
+                 max_bytes: int = 1_000_000_000, max_queued: int = 256,
+                 on_file: Callable[[Path], None] | None = None) -> None:
+        if not 0 <= level <= 3:
+            raise ValueError(f"WARC compression level must be 0..3 (ISA-L), got {level}")
+        self.name_file = name_file
+        self.level = level
+        self.max_bytes = max_bytes
+        self.on_file = on_file
+        self.queue: queue.Queue[Page | None] = queue.Queue(maxsize=max_queued)
+        self.file: IO[bytes] | None = None
+        self.count = 0
+        self.written = 0  # pages written
+        self.blocked = 0.0  # seconds put() waited for room
+        self.error: BaseException | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="warc-writer", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def put(self, page: Page) -> None:
+        """Queue ``page``; blocks while the queue is full (back-pressure)."""
+        if self._closed:
+            raise RuntimeError("WARC writer is closed")
+        if self.error is not None:
+            raise RuntimeError(f"WARC writer failed: {self.error}") from self.error
+        try:
+            self.queue.put_nowait(page)
+        except queue.Full:
+            start = time.monotonic()
+            self.queue.put(page)
+            self.blocked += time.monotonic() - start
+
+    def close(self) -> None:
+        """Write everything queued, then close the file. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self.close)
+        self.queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                page = self.queue.get()
+                if page is None:
+                    break
+                self._write(page)
+        except BaseException as exc:  # reported by put(); the crawl stops storing
+            self.error = exc
+            logger.exception("WARC writer stopped")
+            while self.queue.get() is not None:  # keep put() from blocking forever
+                pass
+        finally:
+            if self.file is not None:
+                self.file.close()
+                self.file = None
+
+    def _write(self, page: Page) -> None:
+        if self.file is None:
+            self.count += 1
+            path = self.name_file(self.count)
+            self.file = open(path, "xb", buffering=0)  # a member reaches the OS whole
+            self.file.write(gzip_member(warcinfo_record(path.name, {
+                "software": "polite-crawler", "format": "WARC File Format 1.1"}), self.level))
+            if self.on_file is not None:
+                self.on_file(path)
+        for record in page_records(page):
+            self.file.write(gzip_member(record, self.level))
+        self.written += 1
+        if self.file.tell() >= self.max_bytes:
+            self.file.close()
+            self.file = None

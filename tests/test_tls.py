@@ -1,0 +1,83 @@
+"""HTTPS: one TLS context, sessions resumed (counted by the test web, the
+server side), certificate verification off by default and on by setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from OpenSSL import SSL
+from scrapy.utils.test import get_crawler
+from twisted.internet.protocol import Factory, Protocol
+from twisted.protocols.tls import TLSMemoryBIOFactory
+
+from crawler.tls import ReusingContextFactory
+from tests.servers import run_scrapy, scrapy_env
+
+WEB = dict(domains=3, pages=12, links=4, size_fixed=3000, tls=True, crawl_delay_share=0,
+           private_share=0, cross_share=0.2)
+
+
+def crawl(web, tmp_path: Path, redis_url: str, *settings: str):
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("\n".join(web.url(d) for d in range(web.config.domains)))
+    args = ["crawl", "billion", "-a", f"seeds={seeds}", "-s", "CRAWLER_DOMAIN_DELAY=0",
+            "-s", "CRAWLER_PROGRESS_INTERVAL=0", "-s", "CRAWLER_WARC_DIR="]
+    for setting in settings:
+        args += ["-s", setting]
+    return run_scrapy(args, scrapy_env(redis_url, CRAWLER_CONTACT="ops@example.org"))
+
+
+def pages(web) -> int:
+    return sum(1 for e in web.log() if e.path != "/robots.txt" and e.status == 200)
+
+
+def test_sessions_are_resumed_per_host(redis_url: str, make_web, tmp_path: Path) -> None:
+    web = make_web(**WEB)
+    result = crawl(web, tmp_path, redis_url)  # billion: a new connection per request
+    assert result.returncode == 0, result.stderr[-3000:]
+    counters = web.counters()  # its own connection is the only one not the crawler's
+    assert counters["tls_handshakes"] == counters["connections"] == 39 + 3 + 1
+    # every connection but the first to each host resumes its session
+    assert counters["tls_resumed"] == 39
+    assert pages(web) == 39
+    assert f"'crawler/tls/resumed': {counters['tls_resumed']}" in result.stderr
+
+
+def test_scrapy_stock_handler_resumes_nothing(redis_url: str, make_web, tmp_path: Path) -> None:
+    web = make_web(**WEB)
+    stock = "scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler"
+    result = crawl(web, tmp_path, redis_url, f'DOWNLOAD_HANDLERS={{"https": "{stock}"}}')
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert pages(web) == 39
+    assert web.counters()["tls_resumed"] == 0  # what the handler above saves
+
+
+def test_certificates_verified_when_asked(redis_url: str, make_web, tmp_path: Path) -> None:
+    web = make_web(**WEB)
+    result = crawl(web, tmp_path, redis_url, "DOWNLOAD_VERIFY_CERTIFICATES=True",
+                   f"CRAWLER_TLS_CA_FILE={web.ca_file}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert pages(web) == 39
+    other = make_web(**WEB)  # a CA we do not trust: nothing fetched
+    result = crawl(other, tmp_path, redis_url, "DOWNLOAD_VERIFY_CERTIFICATES=True",
+                   f"CRAWLER_TLS_CA_FILE={web.ca_file}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert pages(other) == 0
+    assert "certificate verify failed" in result.stderr
+
+
+@pytest.mark.parametrize("verify", [False, True])
+def test_one_context_for_every_connection(verify: bool) -> None:
+    crawler = get_crawler(settings_dict={"DOWNLOAD_VERIFY_CERTIFICATES": verify})
+    factory = ReusingContextFactory.from_crawler(crawler)
+    contexts = set()
+    for host in (b"a.test", b"b.test", b"a.test"):
+        creator = factory.creatorForNetloc(host, 443)
+        tls = TLSMemoryBIOFactory(creator, True, Factory.forProtocol(Protocol)).buildProtocol(None)
+        connection = creator.clientConnectionForTLS(tls)
+        contexts.add(id(connection.get_context()))
+        assert connection.get_servername() == host
+        assert bool(connection.get_context().get_verify_mode() & SSL.VERIFY_PEER) == verify
+    assert len(contexts) == 1
+

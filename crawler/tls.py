@@ -13,6 +13,10 @@ HTTP/1.1 handler with another TLS policy:
   hosts at most, least recently used dropped) and offered on the next
   connection to that host, so a server that supports resumption skips the
   certificate exchange and the key agreement's signature;
+- key agreement offers ``CRAWLER_TLS_GROUPS`` (``X25519:P-256:P-384``):
+  one key share in the greeting, where OpenSSL 3.5+ would also compute a
+  post-quantum one (X25519MLKEM768) for every connection (a quarter of the
+  client's handshake CPU). Set it to ``""`` for OpenSSL's own list;
 - certificates are not verified, as in Scrapy, unless
   ``DOWNLOAD_VERIFY_CERTIFICATES`` is true; ``CRAWLER_TLS_CA_FILE`` (PEM)
   then replaces the system's trust store.
@@ -57,7 +61,7 @@ class _Unverified(ClientTLSOptions):
 class ReusingContextFactory(_ScrapyClientContextFactory):
     """Scrapy's context factory with one shared context and a session cache."""
 
-    def __init__(self, *args: Any, sessions: int = 10_000, ca_file: str = "",
+    def __init__(self, *args: Any, sessions: int = 10_000, ca_file: str = "", groups: str = "",
                  stats: StatsCollector | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.max_sessions = sessions
@@ -74,6 +78,8 @@ class ReusingContextFactory(_ScrapyClientContextFactory):
         self.options = _ScrapyCertificateOptions(**options)
         context = self.options.getContext()  # made once, shared by every connection
         context.set_session_cache_mode(SSL.SESS_CACHE_CLIENT | SSL.SESS_CACHE_NO_INTERNAL)
+        if groups and not _lib.SSL_CTX_set1_curves_list(context._context, groups.encode("ascii")):
+            raise ValueError(f"CRAWLER_TLS_GROUPS: OpenSSL knows none of {groups!r}")
         context.set_info_callback(self._info)
 
     @classmethod
@@ -81,6 +87,7 @@ class ReusingContextFactory(_ScrapyClientContextFactory):
         settings = crawler.settings
         kwargs.setdefault("sessions", settings.getint("CRAWLER_TLS_SESSIONS", 10_000))
         kwargs.setdefault("ca_file", settings.get("CRAWLER_TLS_CA_FILE") or "")
+        kwargs.setdefault("groups", settings.get("CRAWLER_TLS_GROUPS", "X25519:P-256:P-384"))
         kwargs.setdefault("stats", crawler.stats)
         return super().from_crawler(crawler, *args, **kwargs)  # type: ignore[return-value]
 

@@ -148,7 +148,8 @@ class SharedRobotsMiddleware:
         key = keys.key("robots", origin)
         deadline = time.monotonic() + _FETCH_LOCK_MS / 1000
         while True:
-            raw, ttl_ms = client.get(key), client.pttl(key)
+            pipe = client.pipeline(transaction=False)
+            raw, ttl_ms = pipe.get(key).pttl(key).execute()
             if raw is not None:
                 self.stats.inc_value("crawler/robots/shared_hits")
                 return self._remember(origin, json.loads(raw), max(ttl_ms, 1000) / 1000)

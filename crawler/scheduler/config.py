@@ -68,6 +68,7 @@ class FrontierSettings:
     prefetch: int
     batch: int
     flush_interval: float
+    poll_interval: float
     persist: bool
     flush_on_start: bool
     idle_before_close: float
@@ -114,6 +115,7 @@ class FrontierSettings:
                              minimum=1, integer=True),
             batch=_number(settings, "CRAWLER_ENQUEUE_BATCH", 1000, minimum=1, integer=True),
             flush_interval=_number(settings, "CRAWLER_FLUSH_INTERVAL", 0.5, minimum=0.01),
+            poll_interval=_number(settings, "CRAWLER_POLL_INTERVAL", 0.05),
             persist=settings.getbool("SCHEDULER_PERSIST", False),
             flush_on_start=settings.getbool("SCHEDULER_FLUSH_ON_START", False),
             idle_before_close=_number(settings, "SCHEDULER_IDLE_BEFORE_CLOSE", 0.0),

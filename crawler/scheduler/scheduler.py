@@ -85,6 +85,7 @@ class FrontierScheduler(RedisScheduler):
         self._next_drain = 0.0
         self.inflight: dict[str, Request] = {}  # lease -> the request it covers
         self._next_poll = 0.0
+        self._last_take = 0.0
         self._empty_polls = 0
         self._pending_checked = -1.0
         self._pending_cached = True
@@ -373,9 +374,10 @@ class FrontierScheduler(RedisScheduler):
         self._count(result)
         self._inc("crawler/frontier/acked", result.acked)
         if result.added:
-            self._next_poll = 0.0
+            self._empty_polls = 0
+            self._next_poll = min(self._next_poll, self._last_take + self.config.poll_interval)
             if not self.buffer:
-                self._wake_engine_in(0.0)
+                self._wake_engine_in(max(0.0, self._next_poll - time.monotonic()))
 
     def _count(self, result: AddResult) -> None:
         self._inc("crawler/frontier/enqueued", result.added)
@@ -420,12 +422,20 @@ class FrontierScheduler(RedisScheduler):
         self._drain_inbox()
         acks = self.pending_acks
         result = self.frontier.take(self.config.prefetch, acks)
+        self._last_take = now
         self.pending_acks = []
         self._inc("crawler/frontier/acked", len(acks))
+        self._inc("crawler/frontier/polls")
         self.buffer.extend(result.items)
-        if result.items:
+        if len(result.items) >= self.config.prefetch:
             self._empty_polls = 0
-            self._next_poll = 0.0
+            self._next_poll = 0.0  # more may be due right now
+            return
+        if result.items:
+            # everything due was taken: the next poll, no sooner than
+            # CRAWLER_POLL_INTERVAL, gathers what becomes due meanwhile
+            self._empty_polls = 0
+            self._next_poll = now + self.config.poll_interval
             return
         if result.next_due_ms is not None:
             # a queued domain is waiting for its turn: come back exactly then
@@ -434,7 +444,7 @@ class FrontierScheduler(RedisScheduler):
             # nothing queued here; other workers may add some: back off
             self._empty_polls += 1
             wait = 0.02 * 2 ** min(self._empty_polls, 10)
-        wait = min(wait, _MAX_POLL_WAIT)
+        wait = min(max(wait, self.config.poll_interval), _MAX_POLL_WAIT)
         self._next_poll = now + wait
         self._wake_engine_in(wait)
 

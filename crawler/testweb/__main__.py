@@ -39,20 +39,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def tls_context(config: WebConfig, ca_file: Path) -> ssl.SSLContext:
-    """A server context whose certificate covers every domain of ``config``;
-    the CA that signed it is written to ``ca_file`` for clients to trust."""
+    """A server context that answers each domain of ``config`` with a
+    certificate of its own (made on first use, as real sites have), signed by
+    a CA written to ``ca_file`` for clients to trust."""
     import trustme
 
     ca = trustme.CA()
-    names = {config.domain(i) for i in range(min(config.domains, 50))}
-    suffix = config.domain(0).partition(".")[2]
-    if suffix:
-        names.add(f"*.{suffix}")  # the rest of a large web
-    cert = ca.issue_cert(*sorted(names), "127.0.0.1")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    cert.configure_cert(context)
     ca.cert_pem.write_to_path(str(ca_file))
-    return context
+    known = {config.domain(i) for i in range(config.domains)}
+    contexts: dict[str, ssl.SSLContext] = {}
+
+    def context_for(name: str) -> ssl.SSLContext:
+        context = contexts.get(name)
+        if context is None:
+            context = contexts[name] = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ca.issue_cert(name).configure_cert(context)
+        return context
+
+    def pick(sock: ssl.SSLObject, name: str | None, _: ssl.SSLContext) -> None:
+        if name and name.lower() in known:
+            sock.context = context_for(name.lower())
+
+    default = context_for("127.0.0.1")
+    default.sni_callback = pick  # type: ignore[assignment]
+    return default
 
 
 async def _main(args: argparse.Namespace) -> None:

@@ -29,7 +29,7 @@ from crawler.middlewares.useragent import ContactUserAgentMiddleware
 from crawler.scheduler.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
 from crawler.scheduler.fingerprint import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
-from crawler.tls import HTTPSDownloadHandler
+from crawler.download import HTTPDownloadHandler, HTTPSDownloadHandler
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -65,7 +65,8 @@ class Addon:
         for cls, order in EXTENSIONS.items():  # each is off until its setting asks for it
             settings.setdefault_in_component_priority_dict("EXTENSIONS", cls, order)
         handlers = settings.getdict("DOWNLOAD_HANDLERS")
-        if "https" not in handlers:
-            settings.set("DOWNLOAD_HANDLERS", {**handlers, "https": HTTPSDownloadHandler}, "addon")
+        ours = {"http": HTTPDownloadHandler, "https": HTTPSDownloadHandler}
+        if not set(ours) & set(handlers):
+            settings.set("DOWNLOAD_HANDLERS", {**handlers, **ours}, "addon")
         if settings.get("USER_AGENT", "").startswith("Scrapy/"):
             settings.set("USER_AGENT", f"{settings['BOT_NAME']} (+{{contact}})", "addon")

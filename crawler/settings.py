@@ -50,8 +50,11 @@ ROBOTSTXT_OBEY = True
 # "{contact}" is filled from CRAWLER_CONTACT (a URL or an e-mail address)
 USER_AGENT = "crawler/0.1 (+{contact})"
 CRAWLER_CONTACT = os.environ.get("CRAWLER_CONTACT", "")
-# HTTPS: one TLS context per process, sessions resumed per host (crawler/tls.py)
-DOWNLOAD_HANDLERS = {"https": "crawler.tls.HTTPSDownloadHandler"}
+# no silent re-sends; HTTPS with one TLS context, sessions resumed (crawler/download.py)
+DOWNLOAD_HANDLERS = {
+    "http": "crawler.download.HTTPDownloadHandler",
+    "https": "crawler.download.HTTPSDownloadHandler",
+}
 CONCURRENT_REQUESTS = 64
 CONCURRENT_REQUESTS_PER_DOMAIN = 8
 DOWNLOAD_TIMEOUT = 30

@@ -1,11 +1,9 @@
 """HTTPS that costs little: one TLS context per process, sessions resumed per host.
 
-    DOWNLOAD_HANDLERS = {"https": "crawler.tls.HTTPSDownloadHandler"}
-
-Scrapy's own handler builds a new ``SSL.Context`` (cipher list, options,
-verify mode) for every connection and resumes no session, so each HTTPS fetch
-pays a full handshake plus the context set-up. This handler is Scrapy's
-HTTP/1.1 handler with another TLS policy:
+Scrapy's own context factory builds a new ``SSL.Context`` (cipher list,
+options, verify mode) for every connection and resumes no session, so each
+HTTPS fetch pays a full handshake plus the context set-up.
+:class:`ReusingContextFactory` (used by :mod:`crawler.download`) keeps:
 
 - one context for the whole process, made once from Scrapy's TLS settings
   (``DOWNLOADER_CLIENT_TLS_CIPHERS``, ``DOWNLOAD_TLS_MIN_VERSION``, ...);
@@ -35,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from OpenSSL import SSL
 from OpenSSL.SSL import _ffi, _lib  # sessions as bytes have no public wrapper
 from scrapy.core.downloader.contextfactory import _ScrapyCertificateOptions, _ScrapyClientContextFactory
-from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 from twisted.internet._sslverify import ClientTLSOptions
 from twisted.internet.ssl import Certificate, platformTrust, trustRootFromCertificates
 from twisted.web.iweb import IPolicyForHTTPS
@@ -148,11 +145,3 @@ def _set_session(connection: SSL.Connection, der: bytes) -> None:
     if session != _ffi.NULL:
         _lib.SSL_set_session(connection._ssl, session)  # takes its own reference
         _lib.SSL_SESSION_free(session)
-
-
-class HTTPSDownloadHandler(HTTP11DownloadHandler):
-    """Scrapy's HTTP/1.1 download handler with :class:`ReusingContextFactory`."""
-
-    def __init__(self, crawler: Crawler) -> None:
-        super().__init__(crawler)
-        self._contextFactory = ReusingContextFactory.from_crawler(crawler)

@@ -1,7 +1,8 @@
 -- Shared helpers, prepended to every script of this folder by
 -- crawler/scheduler/scripts.py. Key layout (base = KEYS[1] = "<prefix>:{<spider>:<shard>}"):
 --   base:ready           zset   domain -> ms when it may next be fetched (only domains with queued requests)
---   base:dom:<d>         hash   n (queued), next (ms), tokens, ts (token bucket)
+--   base:dom:<d>         hash   n (queued), next (ms), tokens, ts (token bucket),
+--                               busy (lease id in flight while a delay applies: the domain is parked)
 --   base:qp:<d>          zset   priorities queued for <d>, score -priority
 --   base:q:<d>:<p>       list   serialized requests of <d> at priority <p>, FIFO
 --   base:leases          zset   lease id -> deadline ms;  base:lease hash lease id -> record
@@ -12,6 +13,8 @@
 --   base:excluded        set    domains never to fetch (site owners' opt-out), live
 --   base:inbox           list   requests forwarded by other shards, "<a>\n<b>\n<record>"
 --   base:stats           hash   counters;  base:seq  string, id counter
+--   base:meta            hash   dedup layout; politeness defaults (rate, burst, delay ms,
+--                               delay_factor, delay_max ms) written by Frontier.open
 -- A record is "<domain>\n<priority>\n<serialized request>".
 
 local function now_ms()
@@ -31,9 +34,66 @@ local function push(base, domain, prio, entry, front, now)
   redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
   local dkey = base .. ':dom:' .. domain
   redis.call('HINCRBY', dkey, 'n', 1)
-  local nxt = tonumber(redis.call('HGET', dkey, 'next') or '0') or 0
-  redis.call('ZADD', base .. ':ready', 'NX', math.max(now, nxt), domain)
+  local st = redis.call('HMGET', dkey, 'next', 'busy')
+  if not st[2] then  -- a parked domain becomes ready when its request is done
+    redis.call('ZADD', base .. ':ready', 'NX', math.max(now, tonumber(st[1] or '0') or 0), domain)
+  end
   redis.call('HINCRBY', base .. ':stats', 'queued', 1)
+end
+
+-- The frontier's politeness defaults (base:meta), read once per script call.
+local defaults_cache = nil
+local function defaults(base)
+  if defaults_cache == nil then
+    local v = redis.call('HMGET', base .. ':meta', 'rate', 'burst', 'delay', 'delay_factor', 'delay_max')
+    defaults_cache = {rate = tonumber(v[1] or '') or 0, burst = tonumber(v[2] or '') or 1,
+                      delay = tonumber(v[3] or '') or 0, factor = tonumber(v[4] or '') or 0,
+                      max = tonumber(v[5] or '') or 0}
+  end
+  return defaults_cache
+end
+
+-- rate (per s), burst, delay (ms) of a domain: the defaults, overridden by
+-- base:policy (operators, live) else base:policy:settings (JSON), the delay
+-- raised by a robots.txt Crawl-delay (base:policy:robots, seconds)
+local function policy(base, domain, d_rate, d_burst, d_delay)
+  local rate, burst, delay = d_rate, d_burst, d_delay
+  local raw = redis.call('HGET', base .. ':policy', domain) or redis.call('HGET', base .. ':policy:settings', domain)
+  if raw then
+    local ok, p = pcall(cjson.decode, raw)
+    if ok and type(p) == 'table' then
+      if type(p.rate) == 'number' then rate = p.rate end
+      if type(p.burst) == 'number' then burst = p.burst end
+      if type(p.delay) == 'number' then delay = p.delay * 1000 end
+    end
+  end
+  local robots = tonumber(redis.call('HGET', base .. ':policy:robots', domain) or '')
+  if robots and robots * 1000 > delay then delay = robots * 1000 end
+  return rate, math.max(burst, 1), delay
+end
+
+-- The request of lease <id> to a parked domain is done: the domain may be
+-- fetched again <delay> after <mark> (ms, server clock), the delay being
+-- stretched to delay_factor x the fetch's duration <dur> (ms) when that is
+-- longer, up to delay_max. A later 'next' (a push-back) still wins.
+local function unpark(base, domain, id, mark, dur)
+  local dkey = base .. ':dom:' .. domain
+  local st = redis.call('HMGET', dkey, 'busy', 'next', 'n')
+  if st[1] ~= id then return end
+  local d = defaults(base)
+  local _, _, delay = policy(base, domain, d.rate, d.burst, d.delay)
+  if d.factor > 0 and dur and dur > 0 then
+    local stretched = d.factor * dur
+    if d.max > 0 then stretched = math.min(stretched, d.max) end
+    if stretched > delay then
+      delay = stretched
+      redis.call('HINCRBY', base .. ':stats', 'delays_stretched', 1)
+    end
+  end
+  local nxt = math.max(tonumber(st[2] or '0') or 0, mark + delay)
+  redis.call('HDEL', dkey, 'busy')
+  redis.call('HSET', dkey, 'next', nxt)
+  if (tonumber(st[3] or '0') or 0) > 0 then redis.call('ZADD', base .. ':ready', nxt, domain) end
 end
 
 local function push_record(base, rec, front, now)
@@ -41,12 +101,31 @@ local function push_record(base, rec, front, now)
   push(base, domain, prio, entry, front, now)
 end
 
+-- Acknowledgements: "<id>" or "<id>:<age>:<dur>", age = ms since the
+-- request's politeness mark (its response began or ended, as the worker's
+-- CRAWLER_DELAY_FROM says), dur = ms the fetch took. The mark is placed on
+-- this server's clock, 1 ms late rather than early.
 local function ack_all(base, ids)
   local acked = 0
-  for _, id in ipairs(ids) do
+  local now = nil
+  for _, ack in ipairs(ids) do
+    local id, age, dur = ack, nil, nil
+    local c = string.find(ack, ':', 1, true)
+    if c then
+      id = string.sub(ack, 1, c - 1)
+      local c2 = string.find(ack, ':', c + 1, true)
+      age = tonumber(string.sub(ack, c + 1, (c2 or 0) - 1))
+      if c2 then dur = tonumber(string.sub(ack, c2 + 1)) end
+    end
+    local rec = redis.call('HGET', base .. ':lease', id)
     if redis.call('ZREM', base .. ':leases', id) == 1 then
       redis.call('HDEL', base .. ':lease', id)
       acked = acked + 1
+      if rec then
+        if now == nil then now = now_ms() end
+        local domain = string.sub(rec, 1, string.find(rec, '\n', 1, true) - 1)
+        unpark(base, domain, id, now + 1 - (age or 0), dur)
+      end
     end
   end
   if acked > 0 then redis.call('HINCRBY', base .. ':stats', 'acked', acked) end

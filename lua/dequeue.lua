@@ -14,6 +14,9 @@
 -- Overrides per domain: JSON {"rate": r, "burst": b, "delay": seconds} in
 -- base:policy (operators, live) else base:policy:settings; a robots.txt
 -- Crawl-delay in base:policy:robots (seconds) raises the delay.
+-- A domain with a delay gives one request at a time and is parked (out of
+-- base:ready, dom 'busy' = the lease) until that request is acknowledged:
+-- the delay runs from the request's mark, not from this dequeue.
 -- Returns {now_ms, next_due_ms or -1, lease id, record, lease id, record, ...}
 local base = KEYS[1]
 local want = tonumber(ARGV[1])
@@ -31,7 +34,11 @@ for e = #expired, 1, -1 do  -- backwards: pushed to the front, they keep their o
   local rec = redis.call('HGET', base .. ':lease', id)
   redis.call('ZREM', base .. ':leases', id)
   redis.call('HDEL', base .. ':lease', id)
-  if rec then push_record(base, rec, true, now) end
+  if rec then
+    local domain = split_record(rec)
+    unpark(base, domain, id, now, nil)  -- its worker is gone: the delay runs from now
+    push_record(base, rec, true, now)
+  end
 end
 if #expired > 0 then redis.call('HINCRBY', stats, 'leases_expired', #expired) end
 
@@ -42,22 +49,6 @@ for _, member in ipairs(due) do
   push_record(base, string.sub(member, cut + 1), false, now)
 end
 if #due > 0 then redis.call('HINCRBY', stats, 'delayed_released', #due) end
-
-local function policy(domain)
-  local rate, burst, delay = d_rate, d_burst, d_delay
-  local raw = redis.call('HGET', base .. ':policy', domain) or redis.call('HGET', base .. ':policy:settings', domain)
-  if raw then
-    local ok, p = pcall(cjson.decode, raw)
-    if ok and type(p) == 'table' then
-      if type(p.rate) == 'number' then rate = p.rate end
-      if type(p.burst) == 'number' then burst = p.burst end
-      if type(p.delay) == 'number' then delay = p.delay * 1000 end
-    end
-  end
-  local robots = tonumber(redis.call('HGET', base .. ':policy:robots', domain) or '')
-  if robots and robots * 1000 > delay then delay = robots * 1000 end
-  return rate, math.max(burst, 1), delay
-end
 
 local function pop(domain)
   local qp = base .. ':qp:' .. domain
@@ -90,9 +81,13 @@ local function drop_excluded(domain, dkey)
 end
 
 local function serve(domain, dkey)
-  local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts')
+  local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts', 'busy')
+  if st[4] then  -- parked: its request is out (never ready; kept out if put back by hand)
+    redis.call('ZREM', ready, domain)
+    return
+  end
   local n = tonumber(st[1] or '0') or 0
-  local rate, burst, delay = policy(domain)
+  local rate, burst, delay = policy(base, domain, d_rate, d_burst, d_delay)
   local tokens = tonumber(st[2] or '') or burst
   if rate > 0 then
     local ts = tonumber(st[3] or '') or now
@@ -113,15 +108,17 @@ local function serve(domain, dkey)
     redis.call('HSET', base .. ':lease', id, rec)
     out[#out + 1] = id
     out[#out + 1] = rec
-    if delay > 0 then break end
+    if delay > 0 then
+      redis.call('HSET', dkey, 'busy', id)  -- parked until this lease is acknowledged
+      break
+    end
   end
   if took == 0 and n > 0 then denials = denials + 1 end
   local nxt = now
-  if delay > 0 and took > 0 then nxt = now + delay end
   if rate > 0 and tokens < 1 then nxt = math.max(nxt, now + math.ceil((1 - tokens) * 1000 / rate)) end
   if rate <= 0 then tokens = burst end
   redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, 'next', nxt)
-  if n > 0 then
+  if n > 0 and not (delay > 0 and took > 0) then
     redis.call('ZADD', ready, nxt, domain)
   else
     redis.call('ZREM', ready, domain)

@@ -4,7 +4,7 @@
 -- release: give leased requests back to the front of their queues now
 -- (a worker closing cleanly hands back what it had not crawled).
 -- KEYS[1]  base key of the frontier
--- ARGV     lease ids
+-- ARGV     lease ids (a parked domain's delay runs from now)
 -- Returns the number of requests given back
 local base = KEYS[1]
 local now = now_ms()
@@ -14,6 +14,7 @@ for a = #ARGV, 1, -1 do  -- backwards: pushed to the front, they keep their orde
   local rec = redis.call('HGET', base .. ':lease', id)
   if redis.call('ZREM', base .. ':leases', id) == 1 and rec then
     redis.call('HDEL', base .. ':lease', id)
+    unpark(base, split_record(rec), id, now, nil)  -- it may have been sent: the delay runs from now
     push_record(base, rec, true, now)
     n = n + 1
   end

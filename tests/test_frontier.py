@@ -10,6 +10,7 @@ import redis
 
 from crawler.scheduler.frontier import Dedup, Frontier, FrontierConfigError, Item, Politeness
 from crawler.scheduler.keys import Keys
+from crawler.scheduler.marks import Ack
 
 
 def item(url: str, domain: str = "a.test", priority: int = 0, dont_filter: bool = False) -> Item:
@@ -106,19 +107,44 @@ def test_one_domain_cannot_starve_the_others(redis_client: redis.Redis) -> None:
 def test_minimum_delay_on_the_server_clock(redis_client: redis.Redis) -> None:
     f = make(redis_client, politeness=Politeness(delay=0.3))
     f.add([item(f"u{i}") for i in range(3)])
-    stamps = []
+    stamps, acks = [], []
     deadline = time.monotonic() + 5
     while len(stamps) < 3 and time.monotonic() < deadline:
-        got = f.take(10)
+        got = f.take(10, acks)  # each request is done at once: acknowledged with the next call
+        acks = []
         assert len(got.items) <= 1
         if got.items:
             stamps.append(got.now_ms)
-            assert got.next_due_ms is None or got.next_due_ms >= got.now_ms + 300 or len(stamps) == 3
+            acks = [got.items[0].lease]
         time.sleep(0.01)
     assert len(stamps) == 3
     assert min(b - a for a, b in zip(stamps, stamps[1:])) >= 300
     counters = f.status()["counters"]
     assert counters.get("denials", 0) == 0  # nothing was popped and pushed back
+
+
+def test_a_domain_is_parked_until_its_request_is_done(redis_client: redis.Redis) -> None:
+    f = make(redis_client, politeness=Politeness(delay=0.3))
+    f.add([item(f"u{i}") for i in range(3)] + [item("other", "other.test")])
+    first = f.take(10)
+    assert sorted(x.domain for x in first.items) == ["a.test", "other.test"]
+    lease = next(x.lease for x in first.items if x.domain == "a.test")
+    time.sleep(0.5)  # longer than the delay: still parked, its request is out
+    assert f.take(10).items == []
+    assert redis_client.zscore(f.keys.ready, "a.test") is None
+    # done 200 ms ago (the worker's clock): due 100 ms after the acknowledgement
+    acked = f.take(10, [Ack(lease, time.monotonic() - 0.2)])
+    assert acked.items == []
+    assert 90 <= acked.next_due_ms - acked.now_ms <= 101
+    time.sleep(0.12)
+    again = f.take(10)
+    assert [x.domain for x in again.items] == ["a.test"]
+    # a lease that expires unparks its domain too, the delay running from then
+    f.lease_ms = 100
+    lost = f.take(10, [again.items[0].lease])
+    time.sleep(0.35)
+    f.take(0)  # returns the expired lease to its queue
+    assert redis_client.hget(f.keys.dom("a.test"), "busy") is None
 
 
 def test_token_bucket_burst_then_rate(redis_client: redis.Redis) -> None:
@@ -143,8 +169,9 @@ def test_overrides_from_settings_and_live_from_redis(redis_client: redis.Redis) 
     assert [x.domain for x in got.items].count("slow.test") == 1
     assert [x.domain for x in got.items].count("fast.test") == 3
     f.set_policy("slow.test", delay=0)  # an operator lifts it while the crawl runs
-    redis_client.hset(f.keys.dom("slow.test"), "next", 0)
-    redis_client.zadd(f.keys.ready, {"slow.test": 0})
+    slow = next(x.lease for x in got.items if x.domain == "slow.test")
+    assert f.take(10, [slow]).next_due_ms <= time.time() * 1000 + 2  # once its request is done, no delay
+    time.sleep(0.005)
     assert len(f.take(10).items) == 2
 
 
@@ -153,7 +180,9 @@ def test_robots_crawl_delay_raises_the_delay(redis_client: redis.Redis) -> None:
     f.set_robots_delay("a.test", 30)
     f.add([item(f"u{i}") for i in range(3)])
     got = f.take(10)
-    assert len(got.items) == 1 and got.next_due_ms - got.now_ms == 30_000
+    assert len(got.items) == 1 and got.next_due_ms is None  # parked while its request is out
+    done = f.take(10, [Ack(got.items[0].lease, time.monotonic())])
+    assert 29_990 <= done.next_due_ms - done.now_ms <= 30_001
 
 
 def test_expired_leases_go_back_to_the_front(redis_client: redis.Redis) -> None:

@@ -162,9 +162,9 @@ def test_robots_status_rules_and_crawl_delay(redis_url: str, make_web) -> None:
             assert private  # 4xx: allow all
         else:
             assert pages[name] and not private
-        if fault is None and site.crawl_delay(d):
-            times = sorted(e.ms for e in pages[name])
-            assert all(b - a >= 1000 - 100 for a, b in zip(times, times[1:]))  # jitter under load
+        if fault is None and site.crawl_delay(d):  # robots.txt included, no tolerance
+            times = sorted(e.ms for e in log if e.domain == name)
+            assert all(b - a >= 1000 for a, b in zip(times, times[1:])), times
     client = redis.Redis.from_url(redis_url)
     delays = client.hgetall("crawler:{demo:0}:policy:robots")
     assert {k.decode() for k in delays} == {web.config.domain(d) for d in range(12)

@@ -33,6 +33,7 @@ from scrapy.http.request import NO_CALLBACK
 from crawler.middlewares.sizecap import ROBOTS, ROBOTS_MAX_BYTES
 from crawler.middlewares.useragent import product_token, user_agent
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
+from crawler.scheduler.codec import LEASE
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.scheduler import DELAY, REDIS_ERRORS
 
@@ -80,6 +81,7 @@ class SharedRobotsMiddleware:
         self.agent = settings.get("ROBOTSTXT_USER_AGENT") or product_token(user_agent(settings))
         self.local: dict[str, tuple[Rules, float]] = {}  # origin -> (rules, monotonic expiry)
         self.fetching: dict[str, asyncio.Future[Rules]] = {}
+        self.fetched: dict[str, tuple[float, float]] = {}  # origin -> robots.txt fetch began, ended
         crawler.shared_robots = self  # type: ignore[attr-defined]  # for link filters: known_disallowed()
 
     @classmethod
@@ -92,8 +94,10 @@ class SharedRobotsMiddleware:
         parts = urlsplit(request.url)
         if parts.scheme not in ("http", "https"):
             return
+        origin = f"{parts.scheme}://{parts.netloc}"
+        asked = time.monotonic()
         try:
-            rules = await self.rules(f"{parts.scheme}://{parts.netloc}")
+            rules = await self.rules(origin)
         except REDIS_ERRORS:
             # Redis away: ask again later; the scheduler keeps the request
             # until Redis can store it in the delayed set
@@ -104,6 +108,17 @@ class SharedRobotsMiddleware:
         if not rules.allowed(request.url):
             self.stats.inc_value("crawler/robots/disallowed")
             raise IgnoreRequest("Forbidden by robots.txt")
+        fetched = self.fetched.get(origin)
+        if fetched is not None and fetched[1] >= asked:
+            # robots.txt was this domain's request: the page waits its turn
+            del self.fetched[origin]
+            scheduler = frontier_scheduler(self.crawler)
+            if scheduler is not None and LEASE in request.meta:
+                scheduler.note_fetch(request, *fetched)
+                again = request.replace(dont_filter=True)
+                again.meta[DELAY] = 0
+                self.stats.inc_value("crawler/robots/handed_back")
+                return again
         return None
 
     def known_disallowed(self, url: str) -> bool:
@@ -181,12 +196,15 @@ class SharedRobotsMiddleware:
                   "dont_retry": True, "handle_httpstatus_all": True},
         )
         self.stats.inc_value("crawler/robots/fetched")
+        began = time.monotonic()
         try:
             response: Response = await self.crawler.engine.download_async(request)  # type: ignore[union-attr]
         except Exception as exc:  # unreachable: disallow for a while
+            self.fetched[origin] = (began, time.monotonic())
             logger.info("robots.txt of %s unreachable (%s): disallowing it for %ss", origin, exc, self.error_ttl)
             self.stats.inc_value("crawler/robots/unreachable")
             return {"mode": "disallow", "status": None}, self.error_ttl
+        self.fetched[origin] = (began, time.monotonic())
         status = response.status
         self.stats.inc_value(f"crawler/robots/status/{status}")
         if 200 <= status < 300:

@@ -8,6 +8,7 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from crawler.scheduler.frontier import DEDUP_MODES, Dedup, Politeness
+from crawler.scheduler.marks import DELAY_FROM
 
 
 class SettingsError(ValueError):
@@ -69,6 +70,8 @@ class FrontierSettings:
     batch: int
     flush_interval: float
     poll_interval: float
+    ack_interval: float
+    delay_from: str
     persist: bool
     flush_on_start: bool
     idle_before_close: float
@@ -92,6 +95,9 @@ class FrontierSettings:
                 f"CRAWLER_LEASE_SECONDS ({lease:g}) must exceed DOWNLOAD_TIMEOUT ({timeout:g}): "
                 "a lease must outlive the download it covers"
             )
+        delay_from = str(settings.get("CRAWLER_DELAY_FROM", "start")).lower()
+        if delay_from not in DELAY_FROM:
+            raise SettingsError(f"CRAWLER_DELAY_FROM must be one of {', '.join(DELAY_FROM)}, got {delay_from!r}")
         return cls(
             prefix=prefix,
             shard=_number(settings, "CRAWLER_SHARD", 0, integer=True),
@@ -104,6 +110,8 @@ class FrontierSettings:
                 _number(settings, "CRAWLER_DOMAIN_RATE", 0.0),
                 _number(settings, "CRAWLER_DOMAIN_BURST", 1, minimum=1, integer=True),
                 _number(settings, "CRAWLER_DOMAIN_DELAY", 0.0),
+                _number(settings, "CRAWLER_DELAY_FACTOR", 0.0),
+                _number(settings, "CRAWLER_DELAY_MAX", 0.0),
             ),
             overrides=_overrides(settings),
             domain_cap=_number(settings, "CRAWLER_DOMAIN_QUEUE_CAP", 100_000, integer=True),
@@ -116,6 +124,8 @@ class FrontierSettings:
             batch=_number(settings, "CRAWLER_ENQUEUE_BATCH", 1000, minimum=1, integer=True),
             flush_interval=_number(settings, "CRAWLER_FLUSH_INTERVAL", 0.5, minimum=0.01),
             poll_interval=_number(settings, "CRAWLER_POLL_INTERVAL", 0.05),
+            ack_interval=_number(settings, "CRAWLER_ACK_INTERVAL", 0.02),
+            delay_from=delay_from,
             persist=settings.getbool("SCHEDULER_PERSIST", False),
             flush_on_start=settings.getbool("SCHEDULER_FLUSH_ON_START", False),
             idle_before_close=_number(settings, "SCHEDULER_IDLE_BEFORE_CLOSE", 0.0),

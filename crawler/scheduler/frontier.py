@@ -17,6 +17,7 @@ from typing import Any
 import redis
 
 from crawler.scheduler.keys import Keys
+from crawler.scheduler.marks import Ack, wire
 from crawler.scheduler.scripts import Scripts
 
 DEDUP_MODES = ("exact", "bloom")
@@ -67,10 +68,12 @@ class Politeness:
     rate: float = 0.0  # requests per second per domain; 0: no token bucket
     burst: int = 1
     delay: float = 0.0  # minimum seconds between two requests to a domain
+    factor: float = 0.0  # delay >= factor x the last fetch's duration; 0: off
+    max_delay: float = 0.0  # cap of the stretched delay; 0: none
 
     def __post_init__(self) -> None:
-        if self.rate < 0 or self.delay < 0 or self.burst < 1:
-            raise ValueError(f"invalid politeness {self}: rate >= 0, burst >= 1, delay >= 0")
+        if self.rate < 0 or self.delay < 0 or self.burst < 1 or self.factor < 0 or self.max_delay < 0:
+            raise ValueError(f"invalid politeness {self}: rate >= 0, burst >= 1, delay, factor, max_delay >= 0")
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,8 @@ class Dedup:
         return int.from_bytes(digest[:4], "big"), int.from_bytes(digest[4:8], "big") | 1
 
 
-def _ids(ids: Iterable[str]) -> list[str]:
-    ids = list(ids)
+def _ids(ids: Iterable[str | Ack]) -> list[str]:
+    ids = wire(ids)
     return [str(len(ids)), *ids]
 
 
@@ -145,7 +148,11 @@ class Frontier:
             # is twice as large at a tenth of the rate: the sum stays below it
             self.scripts.bloom_init(keys=[self.keys.base],
                                     args=[self.dedup.capacity, repr(self.dedup.error_rate * 0.9)])
+        p = self.politeness
         pipe = self.client.pipeline(transaction=False)
+        # the defaults the scripts apply when a parked domain's request is done
+        pipe.hset(meta, mapping={"rate": repr(p.rate), "burst": p.burst, "delay": int(p.delay * 1000),
+                                 "delay_factor": repr(p.factor), "delay_max": int(p.max_delay * 1000)})
         pipe.delete(self.keys.policy_settings)
         if self.overrides:
             pipe.hset(self.keys.policy_settings,
@@ -154,7 +161,7 @@ class Frontier:
 
     # --- the hot path ----------------------------------------------------
 
-    def add(self, items: Sequence[Item], acks: Iterable[str] = ()) -> AddResult:
+    def add(self, items: Sequence[Item], acks: Iterable[str | Ack] = ()) -> AddResult:
         args: list[Any] = [self.dedup.mode, self.domain_cap, self.domain_budget, *_ids(acks)]
         for item in items:
             a, b = self.dedup.args(item.digest)
@@ -168,7 +175,7 @@ class Frontier:
             keys=[self.keys.base], args=[self.dedup.mode, self.domain_cap, self.domain_budget, n])
         return int(moved), AddResult(added, dups, capped, 0, over, excluded)
 
-    def take(self, n: int, acks: Iterable[str] = ()) -> TakeResult:
+    def take(self, n: int, acks: Iterable[str | Ack] = ()) -> TakeResult:
         p = self.politeness
         reply = self.scripts.dequeue(
             keys=[self.keys.base],
@@ -181,7 +188,7 @@ class Frontier:
         next_due = int(reply[1])
         return TakeResult(items, int(reply[0]), None if next_due < 0 else next_due)
 
-    def delay(self, items: Iterable[tuple[float, str, int, bytes]], acks: Iterable[str] = ()) -> int:
+    def delay(self, items: Iterable[tuple[float, str, int, bytes]], acks: Iterable[str | Ack] = ()) -> int:
         """Park ``(seconds, domain, priority, entry)`` requests until due."""
         args: list[Any] = _ids(acks)
         for seconds, domain, prio, entry in items:
@@ -193,6 +200,8 @@ class Frontier:
         return int(self.scripts.push_domain(keys=[self.keys.base], args=[domain, int(seconds * 1000)]))
 
     def release(self, leases: Iterable[str]) -> int:
+        """Give leased requests back to the front of their queues; their
+        parked domains may be fetched again ``delay`` from now."""
         leases = list(leases)
         if not leases:
             return 0

@@ -43,6 +43,7 @@ from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
 from crawler.scheduler.frontier import AddResult, Dedup, Frontier, Item, Leased
 from crawler.scheduler.keys import Keys
+from crawler.scheduler.marks import Ack, Marks
 from crawler.sharding import shard_of
 
 if TYPE_CHECKING:
@@ -77,8 +78,10 @@ class FrontierScheduler(RedisScheduler):
         self.spider: Spider | None = None
         self.buffer: deque[Leased] = deque()
         self.pending: list[Item] = []
-        self.pending_acks: list[str] = []
-        self.pending_delays: list[tuple[float, Item, str | None]] = []
+        self.pending_acks: list[str | Ack] = []
+        self.pending_delays: list[tuple[float, Item, Ack | None]] = []
+        self.marks = Marks(crawler, self.config.delay_from)
+        self._ack_call: Any = None
         self.shards = 1
         self.outbox: dict[int, list[bytes]] = {}  # other shard -> forwarded records
         self._shard_links: dict[int, tuple[redis.Redis, Keys, Dedup]] = {}
@@ -138,10 +141,17 @@ class FrontierScheduler(RedisScheduler):
             self._flusher.stop()
         if self._wakeup is not None and self._wakeup.active():
             self._wakeup.cancel()
+        if self._ack_call is not None and self._ack_call.active():
+            self._ack_call.cancel()
         assert self.frontier is not None
         unfinished = [leased.lease for leased in self.buffer] + list(self.inflight)
+        self.marks.forget(unfinished)
         try:
             self.flush_pending()
+            if self.pending_acks:  # finished pages: acknowledged before the process goes
+                self.frontier.take(0, self.pending_acks)
+                self._inc("crawler/frontier/acked", len(self.pending_acks))
+                self.pending_acks = []
             given_back = self.frontier.release(unfinished)
         except REDIS_ERRORS as exc:
             # unacknowledged pages come back when their leases expire, and
@@ -174,7 +184,7 @@ class FrontierScheduler(RedisScheduler):
             logger.error("Cannot store %s in the frontier, dropped: %s", request, exc)
             self._inc("crawler/frontier/unserializable")
             if lease is not None:
-                self.pending_acks.append(lease)
+                self._acked(self.marks.ack(lease))
             return False
         digest = self.crawler.request_fingerprinter.fingerprint(request)
         dont_filter = request.dont_filter and not (
@@ -184,15 +194,18 @@ class FrontierScheduler(RedisScheduler):
         )
         item = Item(digest, domain_of(request.url), request.priority, entry, dont_filter)
         delay = request.meta.pop(DELAY, None)
+        ack = self.marks.ack(lease) if lease is not None else None
         if delay is not None:
             # a retry or a request that must wait: into the delayed set, where
             # the wait happens on the Redis server's clock, not in a worker
-            self.pending_delays.append((float(delay), item, lease))
+            self.pending_delays.append((float(delay), item, ack))
             self._inc("crawler/frontier/delayed")
+            if ack is not None:
+                self._ack_soon()
         else:
             self.pending.append(item)
-            if lease is not None:
-                self.pending_acks.append(lease)
+            if ack is not None:
+                self._acked(ack)
         self._inc("scheduler/enqueued/redis")
         if len(self.pending) >= self.config.batch:
             self._guarded(self.flush_pending)
@@ -307,10 +320,53 @@ class FrontierScheduler(RedisScheduler):
         self._inc(f"crawler/dlq/{reason}")
 
     def ack(self, request: Request) -> None:
-        """The request is done; its lease is released with the next round trip."""
+        """The request is done; its lease is released, and its domain's
+        next turn set, within ``CRAWLER_ACK_INTERVAL``."""
         lease = request.meta.pop(codec.LEASE, None)
         if lease is not None and self.inflight.pop(lease, None) is not None:
-            self.pending_acks.append(lease)
+            self._acked(self.marks.ack(lease))
+
+    def note_fetch(self, request: Request, began: float, ended: float) -> None:
+        """A fetch made for ``request`` outside the downloader (its robots.txt)
+        is the domain's last request: the next waits for the delay after it."""
+        lease = request.meta.get(codec.LEASE)
+        if lease is not None:
+            # its start is known only as an upper bound: when its answer ended
+            self.marks.note(lease, ended, ended, ended - began)
+
+    def _acked(self, ack: Ack) -> None:
+        self.pending_acks.append(ack)
+        self._ack_soon()
+
+    def _ack_soon(self) -> None:
+        """A parked domain waits for this acknowledgement: send it soon."""
+        if self._ack_call is None or not self._ack_call.active():
+            from twisted.internet import reactor
+
+            self._ack_call = reactor.callLater(self.config.ack_interval, self._send_acks)  # type: ignore[attr-defined]
+
+    def _send_acks(self) -> None:
+        if not (self.pending_acks or self.pending_delays) or self.frontier is None:
+            return
+        if self.pending_delays:
+            self._guarded(self.flush_pending)
+        if not self.pending_acks:
+            return
+        if not self.buffer:
+            self._next_poll = 0.0
+            self._guarded(self._take)  # the acknowledgements ride with a dequeue
+            if self.buffer:
+                self._wake_engine_in(0.0)
+            return
+        acks = self.pending_acks
+        self.pending_acks = []
+        try:
+            self.frontier.take(0, acks)
+        except REDIS_ERRORS as exc:
+            self.pending_acks = acks + self.pending_acks
+            self._redis_failed(exc)
+            return
+        self._inc("crawler/frontier/acked", len(acks))
 
     def _tick(self) -> None:
         self._sweep_finished()
@@ -335,8 +391,8 @@ class FrontierScheduler(RedisScheduler):
         done = [lease for lease, request in self.inflight.items() if id(request) not in busy]
         for lease in done:
             del self.inflight[lease]
+            self.pending_acks.append(self.marks.ack(lease))
         if done:
-            self.pending_acks.extend(done)
             self._inc("crawler/frontier/acked_by_sweep", len(done))
 
     def flush_pending(self) -> None:
@@ -353,7 +409,7 @@ class FrontierScheduler(RedisScheduler):
             self._flush_outbox()  # before the acks below: a page is done once its links are stored
         if self.pending_delays:
             delays = self.pending_delays
-            leases = [lease for _, _, lease in delays if lease is not None]
+            leases = [ack for _, _, ack in delays if ack is not None]
             try:
                 self.frontier.delay(
                     [(seconds, i.domain, i.priority, i.entry) for seconds, i, _ in delays], acks=leases)

@@ -14,10 +14,11 @@ from crawler.testweb.config import WebConfig
 
 
 class LogEntry(NamedTuple):
-    ms: float
+    ms: float  # when the request's head arrived
     host: str
     target: str
     status: int
+    done: float = 0.0  # when its answer was all written
 
     @property
     def domain(self) -> str:
@@ -116,8 +117,8 @@ class TestWebProcess:
             text = resp.read().decode()
         entries = []
         for line in text.splitlines():
-            ms, host, target, status = line.split("\t")
-            entries.append(LogEntry(float(ms), host, target, int(status)))
+            ms, host, target, status, done = line.split("\t")
+            entries.append(LogEntry(float(ms), host, target, int(status), float(done)))
         return entries
 
 

@@ -33,19 +33,32 @@ _MAX_HEAD = 64 * 1024
 
 
 class RequestLog:
+    """Every request: when its head arrived, and when its answer was all
+    written (0 until then; the arrival time for a dropped connection)."""
+
     def __init__(self, path: Path | None = None) -> None:
-        self.lines: list[str] = []
+        self.entries: list[list] = []  # [arrived ms, host, target, status, done ms]
         self._flushed = 0
         self._file = open(path, "a", buffering=1 << 16) if path else None
 
-    def add(self, host: str, target: str, status: int) -> None:
-        self.lines.append(f"{time.time() * 1000:.1f}\t{host}\t{target}\t{status}\n")
+    def add(self, host: str, target: str, status: int) -> list:
+        now = time.time() * 1000
+        entry = [now, host, target, status, now if status == 0 else 0.0]
+        self.entries.append(entry)
+        return entry
+
+    @staticmethod
+    def done(entry: list) -> None:
+        entry[4] = time.time() * 1000
+
+    def text(self, since: int = 0) -> str:
+        return "".join(f"{e[0]:.1f}\t{e[1]}\t{e[2]}\t{e[3]}\t{e[4]:.1f}\n" for e in self.entries[since:])
 
     def flush(self) -> None:
-        if self._file is not None and self._flushed < len(self.lines):
-            self._file.writelines(self.lines[self._flushed:])
+        if self._file is not None and self._flushed < len(self.entries):
+            self._file.write(self.text(self._flushed))
             self._file.flush()
-            self._flushed = len(self.lines)
+            self._flushed = len(self.entries)
 
     def close(self) -> None:
         self.flush()
@@ -126,7 +139,7 @@ class HTTPProtocol(asyncio.Protocol):
                 self._reply(self._control(target), keep_alive, head_only)
                 continue
             reply = self.site.answer(host, target)
-            self.log.add(host, target, reply.status)
+            reply.entry = self.log.add(host, target, reply.status)
             self.counters.requests += 1
             if reply.drop:
                 self.transport.abort()
@@ -164,21 +177,25 @@ class HTTPProtocol(asyncio.Protocol):
         if rate and not head_only and reply.length:
             self.waiting = True
             body = b"".join(reply.parts)
-            self._pace(memoryview(body), max(1, int(rate * _TICK)), keep_alive)
+            self._pace(memoryview(body), max(1, int(rate * _TICK)), keep_alive, reply.entry)
             return
         if not head_only:
             self.transport.writelines(reply.parts)
+        if reply.entry is not None:
+            self.log.done(reply.entry)
         if not keep_alive:
             self.transport.close()
             self.transport = None
 
-    def _pace(self, rest: memoryview, chunk: int, keep_alive: bool) -> None:
+    def _pace(self, rest: memoryview, chunk: int, keep_alive: bool, entry: list | None) -> None:
         if self.transport is None:
             return
         self.transport.write(rest[:chunk])
         if len(rest) > chunk:
-            asyncio.get_running_loop().call_later(_TICK, self._pace, rest[chunk:], chunk, keep_alive)
+            asyncio.get_running_loop().call_later(_TICK, self._pace, rest[chunk:], chunk, keep_alive, entry)
             return
+        if entry is not None:
+            self.log.done(entry)
         self.waiting = False
         if not keep_alive:
             self.transport.close()
@@ -194,7 +211,7 @@ class HTTPProtocol(asyncio.Protocol):
                 key, _, value = pair.partition("=")
                 if key == "since" and value.isdigit():
                     since = int(value)
-            body = "".join(self.log.lines[since:]).encode()
+            body = self.log.text(since).encode()
             return Reply(200, [body], content_type=b"text/tab-separated-values")
         if path == _CONTROL + "stats":
             return Reply(200, [self.counters.to_json()], content_type=b"application/json")

@@ -52,6 +52,7 @@ class Reply:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     delay: float = 0.0  # seconds to wait before answering
     drop: bool = False  # close the connection without answering
+    entry: list | None = None  # its line of the request log, completed when sent
 
     @property
     def length(self) -> int:

@@ -1,11 +1,13 @@
 """``make demo``: a 60-second crawl of the local test web on the embedded Redis.
 
 Starts (or reuses) the embedded Redis unless ``REDIS_URL`` is set, serves a
-multi-domain test web on 127.0.0.1 with injected faults, runs the ``billion``
-spider against it (0.2 s between two requests to one domain instead of
-70 s) with a progress line every few seconds, and ends with a summary.
+multi-domain test web on 127.0.0.1 over HTTPS with the open web's timing
+(100 ms median time to first byte, 2 MB/s per connection) and injected
+faults, runs the ``billion`` spider against it (1 s between two requests to
+one domain instead of 70 s) with a progress line every few seconds, and
+ends with a summary.
 
-    python -m crawler.demo [--seconds 60] [--domains 50] [--pages 200]
+    python -m crawler.demo [--seconds 60] [--domains 200] [--pages 200] [--plain-http]
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m crawler.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=int, default=60)
-    p.add_argument("--domains", type=int, default=50)
+    p.add_argument("--domains", type=int, default=200)
     p.add_argument("--pages", type=int, default=200)
-    p.add_argument("--delay", type=float, default=0.2, help="seconds between two requests to one domain")
+    p.add_argument("--delay", type=float, default=1.0, help="seconds between two requests to one domain")
+    p.add_argument("--plain-http", action="store_true", help="an instant plain-HTTP test web instead")
     p.add_argument("--output", type=Path, default=Path("output/demo"))
     return p.parse_args(argv)
 
@@ -57,11 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     args.output.mkdir(parents=True, exist_ok=True)
     stats_file = args.output / "stats.json"
     stats_file.unlink(missing_ok=True)
-    config = WebConfig(domains=args.domains, pages=args.pages, faults=DEMO_FAULTS)
+    timing = {} if args.plain_http else {"tls": True, "latency_ms": 100, "bandwidth": 2_000_000}
+    config = WebConfig(domains=args.domains, pages=args.pages, faults=DEMO_FAULTS, **timing)
     with TestWebProcess(config) as web:
         seeds = args.output / "seeds.txt"
         seeds.write_text("".join(f"{web.url(d)}\n" for d in range(config.domains)))
-        print(f"demo: test web on 127.0.0.1:{web.port}, {config.domains} domains "
+        print(f"demo: test web on {config.scheme}://127.0.0.1:{web.port}, {config.domains} domains "
               f"x {config.pages} pages; crawling for {args.seconds}s", flush=True)
         cmd = [
             sys.executable, "-m", "scrapy", "crawl", SPIDER, "-a", f"seeds={seeds}",

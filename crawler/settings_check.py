@@ -24,6 +24,9 @@ FORMS: dict[str, tuple[str, float]] = {
     "CRAWLER_MAX_DEPTH": ("int", 0),
     "CRAWLER_MAX_URL_LENGTH": ("int", 1),
     "CRAWLER_WARC_MAX_BYTES": ("int", 1),
+    "CRAWLER_WARC_LEVEL": ("int", 0),
+    "CRAWLER_WARC_QUEUE": ("int", 1),
+    "CRAWLER_TLS_SESSIONS": ("int", 1),
     "CRAWLER_PROGRESS_INTERVAL": ("float", 0),
     "CRAWLER_METRICS_PORT": ("int", 0),
     "CRAWLER_EMBEDDED_REDIS": ("bool", 0),
@@ -53,6 +56,8 @@ def check_settings(settings: BaseSettings) -> None:
             raise SettingsError(f"{name} must be {expected}, got {raw!r}") from None
         if value < minimum:
             raise SettingsError(f"{name} must be >= {minimum:g}, got {raw!r}")
+    if settings.get("CRAWLER_WARC_LEVEL") not in (None, "") and settings.getint("CRAWLER_WARC_LEVEL") > 3:
+        raise SettingsError(f"CRAWLER_WARC_LEVEL must be 0..3 (ISA-L levels), got {settings.get('CRAWLER_WARC_LEVEL')!r}")
     FrontierSettings.from_settings(settings)
     lock_ttl(settings)
     from crawler.resolver import parse_host_map

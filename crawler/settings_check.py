@@ -25,7 +25,7 @@ FORMS: dict[str, tuple[str, float]] = {
     "CRAWLER_MAX_URL_LENGTH": ("int", 1),
     "CRAWLER_WARC_MAX_BYTES": ("int", 1),
     "CRAWLER_WARC_LEVEL": ("int", 0),
-    "CRAWLER_WARC_QUEUE": ("int", 1),
+    "CRAWLER_WARC_QUEUE": ("int", 0),
     "CRAWLER_TLS_SESSIONS": ("int", 1),
     "CRAWLER_PROGRESS_INTERVAL": ("float", 0),
     "CRAWLER_METRICS_PORT": ("int", 0),

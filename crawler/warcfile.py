@@ -125,13 +125,13 @@ def warcinfo_record(filename: str, fields: dict[str, str]) -> list[bytes]:
 
 
 def gzip_member(parts: Sequence[bytes], level: int) -> bytes:
-    """``parts`` as one gzip member (wbits 31)."""
-    compressor = isal_zlib.compressobj(level, isal_zlib.DEFLATED, 31)
-    return b"".join([*(compressor.compress(p) for p in parts), compressor.flush()])
+    """``parts`` as one gzip member, in one call (one release of the GIL)."""
+    return isal_zlib.compress(b"".join(parts), level=level, wbits=31)
 
 
 class WarcWriter:
-    """Writes pages to rotating ``.warc.gz`` files from a thread of its own.
+    """Writes pages to rotating ``.warc.gz`` files from a thread of its own
+    (or, with ``max_queued=0``, in :meth:`put` itself).
 
     ``name_file(n)`` gives the path of the n-th file (n from 1). Files are
     opened with ``"x"``: two writers never share one.
@@ -146,7 +146,8 @@ class WarcWriter:
         self.level = level
         self.max_bytes = max_bytes
         self.on_file = on_file
-        self.queue: queue.Queue[Page | None] = queue.Queue(maxsize=max_queued)
+        self.inline = max_queued == 0  # no thread: written by put() itself
+        self.queue: queue.Queue[Page | None] = queue.Queue(maxsize=max(max_queued, 1))
         self.file: IO[bytes] | None = None
         self.count = 0
         self.written = 0  # pages written
@@ -154,7 +155,8 @@ class WarcWriter:
         self.error: BaseException | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="warc-writer", daemon=True)
-        self._thread.start()
+        if not self.inline:
+            self._thread.start()
         atexit.register(self.close)
 
     def put(self, page: Page) -> None:
@@ -163,6 +165,9 @@ class WarcWriter:
             raise RuntimeError("WARC writer is closed")
         if self.error is not None:
             raise RuntimeError(f"WARC writer failed: {self.error}") from self.error
+        if self.inline:
+            self._write(page)
+            return
         try:
             self.queue.put_nowait(page)
         except queue.Full:
@@ -176,6 +181,11 @@ class WarcWriter:
             return
         self._closed = True
         atexit.unregister(self.close)
+        if self.inline:
+            if self.file is not None:
+                self.file.close()
+                self.file = None
+            return
         self.queue.put(None)
         self._thread.join()
 

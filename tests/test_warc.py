@@ -34,11 +34,12 @@ def page(n: int, body: bytes, **kw) -> Page:
                 200, [(b"Content-Type", b"text/html"), (b"Content-Encoding", b"gzip")], body, **kw)
 
 
-@pytest.mark.parametrize("level", [0, 1, 3])
-def test_records_read_back_with_exact_bodies(tmp_path: Path, level: int) -> None:
+@pytest.mark.parametrize(("level", "max_queued"), [(0, 256), (1, 0), (3, 4)])
+def test_records_read_back_with_exact_bodies(tmp_path: Path, level: int, max_queued: int) -> None:
     noise = random.Random(0).randbytes  # incompressible, so the files rotate at any level
     bodies = [b"", b"<html>\xff\x00binary</html>", noise(500_000), noise(300_003)]
-    writer = WarcWriter(lambda n: tmp_path / f"f{n}.warc.gz", level=level, max_bytes=400_000)
+    writer = WarcWriter(lambda n: tmp_path / f"f{n}.warc.gz", level=level, max_bytes=400_000,
+                        max_queued=max_queued)  # 0: written by put() itself
     for n, body in enumerate(bodies):
         writer.put(page(n, body, truncated=n == 2))
     writer.close()

@@ -9,6 +9,9 @@ request record and a response record holding the body as received (cut at
 Records are compressed with ISA-L at ``CRAWLER_WARC_LEVEL`` (0-3, default 1)
 and written by a thread (:mod:`crawler.warcfile`); at most
 ``CRAWLER_WARC_QUEUE`` pages wait for it, then the crawl waits for the disk.
+``CRAWLER_WARC_THREAD`` (``auto``) uses the thread only when the process may
+run on more than one CPU: on a single one, handing pages to a thread costs
+more than it saves (measured: 9.1-9.5 against 8.4 CPU ms per page).
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ class WarcExtension:
         self.max_bytes = settings.getint("CRAWLER_WARC_MAX_BYTES", 1_000_000_000)
         self.level = settings.getint("CRAWLER_WARC_LEVEL", 1)
         self.max_queued = settings.getint("CRAWLER_WARC_QUEUE", 256)
+        thread = str(settings.get("CRAWLER_WARC_THREAD", "auto")).lower()
+        if thread not in ("auto", "true", "false", "1", "0"):
+            raise ValueError(f"CRAWLER_WARC_THREAD must be auto, True or False, got {thread!r}")
+        if thread in ("false", "0") or (thread == "auto" and len(os.sched_getaffinity(0)) < 2):
+            self.max_queued = 0  # written by the reactor's thread
         self.stats = crawler.stats
         self.prefix = ""
         self.writer: WarcWriter | None = None

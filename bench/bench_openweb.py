@@ -107,6 +107,15 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         print(err[-3000:])
         raise SystemExit(f"{name}: the crawl failed")
     log = web.log(since=before)
+    by_domain: dict[str, list] = {}
+    for e in log:  # robots.txt included: the site sees every request
+        by_domain.setdefault(e.domain, []).append(e)
+    starts, finishes = [], []
+    for entries in by_domain.values():
+        entries.sort(key=lambda e: e.ms)
+        for a, b in zip(entries, entries[1:]):
+            starts.append(b.ms - a.ms)
+            finishes.append(b.ms - a.done)
     pages = [e for e in log if e.path != "/robots.txt" and e.status == 200]
     in_window = [e for e in pages if t0 * 1000 <= e.ms < t1 * 1000]
     distinct = len({(e.domain, e.target) for e in in_window})
@@ -120,6 +129,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         "pages_per_cpu_s": new / cpu if cpu else 0.0,
         "redis_ms": (redis1 - redis0) / max(new, 1) * 1000, "rss_mb": usage.ru_maxrss / 1024,
         "shares": shares, "elapsed": time.time() - started,
+        "gaps": (starts, finishes),
     }
 
 
@@ -192,6 +202,13 @@ def main() -> None:
                       f"({r['cpu_ms']:.2f} CPU ms/page, Redis {r['redis_ms']:.2f}); peak RSS {r['rss_mb']:.0f} MB; "
                       f"{r['pages_total']:,} pages in all; test web so far: {tls['tls_handshakes']:,} TLS "
                       f"handshakes, {tls['tls_resumed']:,} resumed")
+                starts, finishes = r["gaps"]  # type: ignore[misc]
+                limit = args.delay * 1000
+                if starts:
+                    print(f"  politeness at the site: {len(starts):,} intervals; arrival to arrival min "
+                          f"{min(starts) / 1000:.3f} s, {sum(g < limit for g in starts)} under {args.delay:g} s; "
+                          f"end of answer to next arrival min {min(finishes) / 1000:.3f} s, "
+                          f"{sum(g < limit for g in finishes)} under")
                 if shares:
                     print("  CPU ms per page by component: " + ", ".join(
                         f"{k} {v * r['cpu_ms']:.2f} ({v:.0%})"  # type: ignore[operator]

@@ -27,12 +27,22 @@ def encode_url(url: str, depth: int = 0) -> bytes:
 
 def encode(request: Request, spider: Spider) -> bytes:
     """Raises ``TypeError`` or ``ValueError`` when the request cannot travel
-    (a callback that is not a spider method, unserializable meta)."""
+    (a callback that is not a spider method; meta holding a value msgpack
+    cannot carry, the message naming its key)."""
     data = request.to_dict(spider=spider)
     meta = data.get("meta")
     if meta and LEASE in meta:
-        data["meta"] = {k: v for k, v in meta.items() if k != LEASE}
-    return b"R" + serializers.dumps(data)
+        data["meta"] = meta = {k: v for k, v in meta.items() if k != LEASE}
+    try:
+        return b"R" + serializers.dumps(data)
+    except TypeError as exc:
+        for key, value in (meta or {}).items():
+            try:
+                serializers.dumps(value)
+            except TypeError:
+                raise TypeError(f"meta[{key!r}] is a {type(value).__name__}, which cannot travel "
+                                "through Redis (msgpack; never pickle)") from None
+        raise exc
 
 
 def decode(entry: bytes, spider: Spider) -> Request:

@@ -10,7 +10,10 @@
 -- ARGV[3]  default rate, requests per second (0: no token bucket)
 -- ARGV[4]  default burst
 -- ARGV[5]  default minimum delay between two requests to a domain, ms
--- ARGV[6]  number of lease ids to acknowledge, then the ids
+-- ARGV[6]  call id ("" for none): a call sent again with the same id (its
+--          reply was lost, the client retried) gets the first call's reply,
+--          so no lease is taken twice and none is left without its worker
+-- ARGV[7]  number of lease ids to acknowledge, then the ids
 -- Overrides per domain: JSON {"rate": r, "burst": b, "delay": seconds} in
 -- base:policy (operators, live) else base:policy:settings; a robots.txt
 -- Crawl-delay in base:policy:robots (seconds) raises the delay.
@@ -22,8 +25,14 @@ local base = KEYS[1]
 local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local d_rate, d_burst, d_delay = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local acks = read_list(6)
+local call = ARGV[6]
+local acks = read_list(7)
 ack_all(base, acks)
+local replay_key = base .. ':call:' .. call
+if call ~= '' then
+  local done = redis.call('GET', replay_key)
+  if done then return cmsgpack.unpack(done) end
+end
 local now = now_ms()
 local stats = base .. ':stats'
 local ready = base .. ':ready'
@@ -138,4 +147,5 @@ if attempts > 0 then redis.call('HINCRBY', stats, 'attempts', attempts) end
 if denials > 0 then redis.call('HINCRBY', stats, 'denials', denials) end
 local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
 if #head > 0 then out[2] = tonumber(head[2]) end
+if call ~= '' and taken > 0 then redis.call('SET', replay_key, cmsgpack.pack(out), 'PX', 120000) end
 return out

@@ -185,6 +185,17 @@ def test_robots_crawl_delay_raises_the_delay(redis_client: redis.Redis) -> None:
     assert 29_990 <= done.next_due_ms - done.now_ms <= 30_001
 
 
+def test_a_retried_dequeue_returns_the_same_leases(redis_client: redis.Redis) -> None:
+    f = make(redis_client, politeness=Politeness(delay=1))
+    f.add([item(f"u{i}", f"d{i}.test") for i in range(4)])
+    first = f.take(2, call="c1")  # its reply lost on the way, say: the client sends it again
+    again = f.take(2, call="c1")
+    assert [x.lease for x in again.items] == [x.lease for x in first.items] and len(first.items) == 2
+    assert redis_client.zcard(f.keys.leases) == 2  # nothing taken twice, no lease without a worker
+    other = f.take(10, call="c2")
+    assert len(other.items) == 2 and {x.lease for x in other.items}.isdisjoint(x.lease for x in first.items)
+
+
 def test_expired_leases_go_back_to_the_front(redis_client: redis.Redis) -> None:
     f = make(redis_client, lease_seconds=0.3)
     f.add([item("first"), item("second")])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,7 @@ class FrontierScheduler(RedisScheduler):
         self.inflight: dict[str, Request] = {}  # lease -> the request it covers
         self._next_poll = 0.0
         self._last_take = 0.0
+        self._take_call = uuid.uuid4().hex
         self._empty_polls = 0
         self._pending_checked = -1.0
         self._pending_cached = True
@@ -477,7 +479,8 @@ class FrontierScheduler(RedisScheduler):
             self.flush_pending()
         self._drain_inbox()
         acks = self.pending_acks
-        result = self.frontier.take(self.config.prefetch, acks)
+        result = self.frontier.take(self.config.prefetch, acks, self._take_call)
+        self._take_call = uuid.uuid4().hex  # the next call's name: a retry of this one reuses it
         self._last_take = now
         self.pending_acks = []
         self._inc("crawler/frontier/acked", len(acks))

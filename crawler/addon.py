@@ -9,6 +9,8 @@ setting, a component's order, ``None`` to disable one) still wins.
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
@@ -34,6 +36,14 @@ from crawler.download import HTTPDownloadHandler, HTTPSDownloadHandler
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
+logger = logging.getLogger(__name__)
+
+#: scrapy-redis's components that the frontier replaces, by setting
+SCRAPY_REDIS = {
+    "SCHEDULER": ("scrapy_redis.scheduler.Scheduler", FrontierScheduler),
+    "DUPEFILTER_CLASS": ("scrapy_redis.dupefilter.RFPDupeFilter", BaseDupeFilter),
+}
+
 DOWNLOADER_MIDDLEWARES = {
     FrontierAckDownloaderMiddleware: 1,
     DeadLetterMiddleware: 50,
@@ -53,9 +63,24 @@ EXTENSIONS = {Progress: 500, StatsFile: 510, WarcExtension: 520, MetricsExtensio
 
 class Addon:
     def update_settings(self, settings: BaseSettings) -> None:
+        for name, (theirs, ours) in SCRAPY_REDIS.items():
+            # a project moving from scrapy-redis keeps its lines: they are taken over
+            if _name(settings.get(name)) == theirs:
+                settings.set(name, ours, settings.getpriority(name))
+                logger.info("Addon: %s = %s replaced by %s (the Redis frontier)", name, theirs, _name(ours))
         settings.set("SCHEDULER", FrontierScheduler, "addon")
         settings.set("REQUEST_FINGERPRINTER_CLASS", Fingerprinter, "addon")
         settings.set("DUPEFILTER_CLASS", BaseDupeFilter, "addon")  # dedup happens in Redis
+        if not settings.get("REDIS_URL"):
+            # one Redis for everything: scrapy-redis's spiders and pipeline
+            # read REDIS_URL from the settings, as the frontier does
+            url = os.environ.get("REDIS_URL", "")
+            if not url and settings.getbool("CRAWLER_EMBEDDED_REDIS", True):
+                from crawler.embedded import EmbeddedRedis
+
+                url = EmbeddedRedis.from_settings(settings).url  # started when first needed
+            if url:
+                settings.set("REDIS_URL", url, "addon")
         for cls in REPLACED:
             settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, None)
         for cls, order in DOWNLOADER_MIDDLEWARES.items():
@@ -70,3 +95,9 @@ class Addon:
             settings.set("DOWNLOAD_HANDLERS", {**handlers, **ours}, "addon")
         if settings.get("USER_AGENT", "").startswith("Scrapy/"):
             settings.set("USER_AGENT", f"{settings['BOT_NAME']} (+{{contact}})", "addon")
+
+
+def _name(value: object) -> str:
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    return str(value or "")

@@ -45,8 +45,13 @@ def mask_url(url: str) -> str:
 def redis_url(settings: BaseSettings) -> str:
     """The URL to connect to, starting the embedded Redis if needed."""
     url = settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or ""
-    if url:
+    if url and not (str(url).startswith("unix://") and settings.getbool("CRAWLER_EMBEDDED_REDIS", True)):
         return str(url)
+    if url:  # the addon may have written the embedded Redis's address: start it if it is that
+        from crawler.embedded import EmbeddedRedis
+
+        embedded = EmbeddedRedis.from_settings(settings)
+        return embedded.ensure_running() if str(url) == embedded.url else str(url)
     if not settings.getbool("CRAWLER_EMBEDDED_REDIS", True):
         raise RedisUnavailable(
             "REDIS_URL is not set and CRAWLER_EMBEDDED_REDIS is off: "

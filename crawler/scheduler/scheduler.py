@@ -72,6 +72,7 @@ class FrontierScheduler(RedisScheduler):
             idle_before_close=int(self.config.idle_before_close),
         )
         self.idle_before_close = self.config.idle_before_close
+        _warn_ignored(crawler.settings)
         self.dedup_start_requests = crawler.settings.getbool("CRAWLER_DEDUP_START_REQUESTS", True)
         self.stats = crawler.stats
         self.canonicalize = Canonicalizer(self.config.tracking)
@@ -611,3 +612,23 @@ class FrontierScheduler(RedisScheduler):
     def _inc(self, key: str, count: int = 1) -> None:
         if count and self.stats is not None:
             self.stats.inc_value(key, count)
+
+
+#: settings of scrapy-redis and Scrapy that this scheduler does not read
+_IGNORED = {
+    "SCHEDULER_QUEUE_CLASS": "the frontier keeps one queue per domain in Redis (CRAWLER_DOMAIN_* settings)",
+    "SCHEDULER_QUEUE_KEY": "the frontier's keys are <CRAWLER_KEY_PREFIX>:{<spider>:<shard>}:...",
+    "SCHEDULER_SERIALIZER": "requests travel as msgpack (crawler.serializers)",
+    "SCHEDULER_DUPEFILTER_KEY": "dedup happens in the frontier (CRAWLER_DEDUP)",
+}
+
+
+def _warn_ignored(settings: Any) -> None:
+    for name, instead in _IGNORED.items():
+        if settings.get(name) is not None:
+            logger.warning("%s is ignored: %s", name, instead)
+    dupefilter = settings.get("DUPEFILTER_CLASS")
+    name = dupefilter if isinstance(dupefilter, str) else f"{dupefilter.__module__}.{dupefilter.__qualname__}"
+    if name not in ("scrapy.dupefilters.BaseDupeFilter", "scrapy.dupefilters.RFPDupeFilter"):
+        logger.warning("DUPEFILTER_CLASS %s is not used: the frontier dedups in Redis by the SHA-256 "
+                       "of canonical URLs (CRAWLER_DEDUP)", name)

@@ -1,0 +1,65 @@
+"""The addon in a project coming from scrapy-redis: its lines taken over,
+one Redis for the frontier and scrapy-redis's components, ignored settings named."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
+from scrapy_redis.connection import get_redis_from_settings
+
+from crawler.addon import Addon
+from crawler.connection import get_redis
+from crawler.embedded import EmbeddedRedis
+from crawler.scheduler.scheduler import FrontierScheduler
+
+
+def project(**values: object) -> Settings:
+    settings = Settings()
+    settings.setdict(values, priority="project")
+    Addon().update_settings(settings)
+    return settings
+
+
+def test_scrapy_redis_scheduler_and_dupefilter_are_taken_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    settings = project(SCHEDULER="scrapy_redis.scheduler.Scheduler",
+                       DUPEFILTER_CLASS="scrapy_redis.dupefilter.RFPDupeFilter")
+    assert settings["SCHEDULER"] is FrontierScheduler
+    assert settings["DUPEFILTER_CLASS"].__name__ == "BaseDupeFilter"
+    mine = project(SCHEDULER="myproject.MyScheduler")  # anything else is the project's choice
+    assert mine["SCHEDULER"] == "myproject.MyScheduler"
+
+
+def test_one_redis_for_the_frontier_and_scrapy_redis(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", redis_url)  # set only in the environment
+    settings = project()
+    assert settings["REDIS_URL"] == redis_url
+    get_redis(settings).set("probe", "frontier")
+    assert get_redis_from_settings(settings).get("probe") == b"frontier"
+
+
+def test_embedded_redis_is_scrapy_redis_s_too(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    settings = project(CRAWLER_STATE_DIR=str(tmp_path / "state"))
+    embedded = EmbeddedRedis.from_settings(settings)
+    assert settings["REDIS_URL"] == embedded.url
+    try:
+        get_redis(settings).set("probe", "frontier")  # starts the embedded Redis
+        assert get_redis_from_settings(settings).get("probe") == b"frontier"
+    finally:
+        embedded.stop()
+
+
+def test_ignored_settings_are_named(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    crawler = get_crawler(settings_dict={
+        "REDIS_URL": redis_url, "SCHEDULER": FrontierScheduler,
+        "SCHEDULER_QUEUE_CLASS": "no.such.Queue", "DUPEFILTER_CLASS": "myproject.MyDupeFilter"})
+    with caplog.at_level(logging.WARNING):
+        FrontierScheduler.from_crawler(crawler)
+    text = caplog.text
+    assert "SCHEDULER_QUEUE_CLASS is ignored: the frontier keeps one queue per domain" in text
+    assert "DUPEFILTER_CLASS myproject.MyDupeFilter is not used" in text
+    assert text.count("is ignored") == 1

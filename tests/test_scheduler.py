@@ -193,3 +193,31 @@ def test_idle_before_close_waits_for_work_from_other_workers(redis_url: str, mak
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
     assert ("d0.test", "/moved/2.html") in page_fetches(web.log())
+
+
+def test_sigterm_then_resume_fetches_nothing_twice(redis_url: str, make_web) -> None:
+    # pages that yield no request, and acknowledgements held back (a long
+    # CRAWLER_ACK_INTERVAL): only the stop itself can send the last ones. The
+    # lease expires before the second run, so a lost acknowledgement is a page fetched again
+    web = make_web(domains=3, pages=30, latency_ms=40, **SMALL)
+    client = redis.Redis.from_url(redis_url)
+    client.rpush("quiet:start_urls", *[web.url(d, f"/p/{k}.html") for d in range(3) for k in range(1, 30)])
+    cmd = crawl_cmd(web, "CRAWLER_DOMAIN_DELAY=0", "CRAWLER_LEASE_SECONDS=4", "DOWNLOAD_TIMEOUT=3",
+                    "SCHEDULER_PERSIST=True", "CRAWLER_ACK_INTERVAL=30", "CONCURRENT_REQUESTS=4",
+                    "MAX_IDLE_TIME_BEFORE_CLOSE=1", spider="quiet")
+    first = start(cmd, redis_url)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(page_fetches(web.log()).values()) < 30:
+        time.sleep(0.02)
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 0, err[-3000:]
+    stopped_at = sum(page_fetches(web.log()).values())
+    time.sleep(4.5)  # every lease the first run left would have expired by now
+    second = start(cmd, redis_url)
+    _, err2 = second.communicate(timeout=120)
+    assert second.returncode == 0, err2[-3000:]
+    fetches = page_fetches(web.log())
+    assert all_pages(web) <= set(fetches)
+    assert 30 <= stopped_at < len(fetches)  # the stop came mid-crawl
+    assert max(fetches.values()) == 1, [k for k, v in fetches.items() if v > 1]

@@ -32,3 +32,12 @@ class BulkSpider(RedisStartSpider):
         self.crawler.engine.scheduler.add_urls(links, depth=depth)
         yield {"url": response.url, "depth": response.meta.get("depth", 0)}
         return
+
+
+class QuietSpider(RedisStartSpider):
+    """Follows nothing: one item per start URL."""
+
+    name = "quiet"
+
+    def parse(self, response: Response) -> Iterator[Any]:
+        yield {"url": response.url}

@@ -6,9 +6,11 @@ import argparse
 import json
 import time
 from dataclasses import asdict
+from typing import Any
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
+from scrapy.spiderloader import get_spider_loader
 
 from crawler.commands._frontier import add_frontier_options, open_frontier
 from crawler.deadletters import DeadLetters
@@ -16,7 +18,9 @@ from crawler.scheduler import codec
 from crawler.scheduler.canonical import canonicalize
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
-from crawler.scheduler.frontier import Frontier, Item
+from crawler.scheduler.config import FrontierSettings
+from crawler.scheduler.frontier import Dedup, Frontier, Item
+from crawler.scheduler.keys import Keys
 
 
 class Command(ScrapyCommand):
@@ -65,14 +69,23 @@ class Command(ScrapyCommand):
             print(json.dumps({"purged": removed}) if opts.json else f"purged {removed} dead letters")
             return
         if opts.requeue:
-            frontier = Frontier(client, keys)
+            frontier = self._frontier(client, keys, args[0])
             items = []
             for _, letter in selected:
                 url = canonicalize(letter.url)
                 items.append(Item(url_fingerprint(url), domain_of(url), 0, codec.encode_url(url), True))
-            added = frontier.add(items).added if items else 0
-            letters.remove(raw for raw, _ in selected)
-            print(json.dumps({"requeued": added}) if opts.json else f"requeued {added} URLs")
+            result = frontier.add(items) if items else None
+            added = result.added if result else 0
+            refused = len(items) - added
+            if not refused:
+                letters.remove(raw for raw, _ in selected)
+            if opts.json:
+                print(json.dumps({"requeued": added, "refused": refused}))
+            else:
+                print(f"requeued {added} URLs")
+                if refused:
+                    print(f"{refused} refused by the frontier (over the domain budget or queue cap, or "
+                          "excluded): the dead letters are kept")
             return
         shown = selected if opts.limit == 0 else selected[: opts.limit]
         if opts.json:
@@ -85,3 +98,20 @@ class Command(ScrapyCommand):
             print(f"{when}  {letter.reason:18s} {status!s:>4}  x{letter.attempts}  {letter.url}{detail}")
         if len(shown) < len(selected):
             print(f"... {len(selected) - len(shown)} more (--limit 0 lists all)")
+
+    def _frontier(self, client: Any, keys: Keys, spider: str) -> Frontier:
+        """The frontier as the crawl has it: the spider's own settings (its
+        queue cap and budget) over the project's, the stored dedup layout."""
+        assert self.settings is not None
+        settings = self.settings.copy()
+        try:
+            spidercls = get_spider_loader(settings).load(spider)
+        except KeyError:
+            pass  # no such spider here: the project's settings
+        else:
+            settings.setdict(spidercls.custom_settings or {}, priority="spider")
+        config = FrontierSettings.from_settings(settings)
+        mode, bits = client.hmget(keys.meta, "dedup", "bucket_bits")
+        dedup = Dedup(mode.decode(), config.dedup.capacity, config.dedup.error_rate, int(bits))
+        return Frontier(client, keys, dedup=dedup, domain_cap=config.domain_cap,
+                        domain_budget=config.domain_budget)

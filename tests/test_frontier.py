@@ -140,11 +140,16 @@ def test_a_domain_is_parked_until_its_request_is_done(redis_client: redis.Redis)
     again = f.take(10)
     assert [x.domain for x in again.items] == ["a.test"]
     # a lease that expires unparks its domain too, the delay running from then
-    f.lease_ms = 100
-    lost = f.take(10, [again.items[0].lease])
+    f.take(10, [again.items[0].lease])
     time.sleep(0.35)
-    f.take(0)  # returns the expired lease to its queue
+    f.lease_ms = 100
+    lost = f.take(10)  # its worker dies: never acknowledged
+    assert [x.domain for x in lost.items] == ["a.test"]
+    assert redis_client.hget(f.keys.dom("a.test"), "busy") == lost.items[0].lease.encode()
+    time.sleep(0.15)
+    expired = f.take(0)  # returns the expired lease to its queue
     assert redis_client.hget(f.keys.dom("a.test"), "busy") is None
+    assert 290 <= redis_client.zscore(f.keys.ready, "a.test") - expired.now_ms <= 301
 
 
 def test_token_bucket_burst_then_rate(redis_client: redis.Redis) -> None:

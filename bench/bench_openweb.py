@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from crawler.testweb.config import WebConfig  # noqa: E402
-from crawler.testweb.control import TestWebProcess  # noqa: E402
+from crawler.testweb.control import TestWebProcess, consecutive  # noqa: E402
 from tests.servers import RedisServer, cpu_seconds  # noqa: E402
 
 #: component -> path fragments of a py-spy frame; the first match from the
@@ -107,15 +107,8 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         print(err[-3000:])
         raise SystemExit(f"{name}: the crawl failed")
     log = web.log(since=before)
-    by_domain: dict[str, list] = {}
-    for e in log:  # robots.txt included: the site sees every request
-        by_domain.setdefault(e.domain, []).append(e)
-    starts, finishes = [], []
-    for entries in by_domain.values():
-        entries.sort(key=lambda e: e.ms)
-        for a, b in zip(entries, entries[1:]):
-            starts.append(b.ms - a.ms)
-            finishes.append(b.ms - a.done)
+    pairs = consecutive(log)  # robots.txt included: the site sees every request
+    starts, finishes = [b.ms - a.ms for a, b in pairs], [b.ms - a.done for a, b in pairs]
     pages = [e for e in log if e.path != "/robots.txt" and e.status == 200]
     in_window = [e for e in pages if t0 * 1000 <= e.ms < t1 * 1000]
     distinct = len({(e.domain, e.target) for e in in_window})

@@ -17,6 +17,7 @@ from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
 from scrapy.dupefilters import BaseDupeFilter
+from scrapy.utils.python import global_object_name
 
 from crawler.extensions.metrics import MetricsExtension
 from crawler.extensions.progress import Progress
@@ -98,6 +99,4 @@ class Addon:
 
 
 def _name(value: object) -> str:
-    if isinstance(value, type):
-        return f"{value.__module__}.{value.__qualname__}"
-    return str(value or "")
+    return global_object_name(value) if isinstance(value, type) else str(value or "")

@@ -44,15 +44,18 @@ def mask_url(url: str) -> str:
 
 def redis_url(settings: BaseSettings) -> str:
     """The URL to connect to, starting the embedded Redis if needed."""
-    url = settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or ""
-    if url and not (str(url).startswith("unix://") and settings.getbool("CRAWLER_EMBEDDED_REDIS", True)):
-        return str(url)
-    if url:  # the addon may have written the embedded Redis's address: start it if it is that
-        from crawler.embedded import EmbeddedRedis
+    url = str(settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or "")
+    embedded_on = settings.getbool("CRAWLER_EMBEDDED_REDIS", True)
+    if url:
+        if embedded_on and url.startswith("unix://"):
+            # the addon may have written the embedded Redis's address: start it if it is that
+            from crawler.embedded import EmbeddedRedis
 
-        embedded = EmbeddedRedis.from_settings(settings)
-        return embedded.ensure_running() if str(url) == embedded.url else str(url)
-    if not settings.getbool("CRAWLER_EMBEDDED_REDIS", True):
+            embedded = EmbeddedRedis.from_settings(settings)
+            if url == embedded.url:
+                return embedded.ensure_running()
+        return url
+    if not embedded_on:
         raise RedisUnavailable(
             "REDIS_URL is not set and CRAWLER_EMBEDDED_REDIS is off: "
             "set REDIS_URL=redis://host:port/db"

@@ -146,16 +146,15 @@ class WarcWriter:
         self.level = level
         self.max_bytes = max_bytes
         self.on_file = on_file
-        self.inline = max_queued == 0  # no thread: written by put() itself
         self.queue: queue.Queue[Page | None] = queue.Queue(maxsize=max(max_queued, 1))
         self.file: IO[bytes] | None = None
         self.count = 0
-        self.written = 0  # pages written
         self.blocked = 0.0  # seconds put() waited for room
         self.error: BaseException | None = None
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="warc-writer", daemon=True)
-        if not self.inline:
+        self._thread: threading.Thread | None = None  # None: written by put() itself
+        if max_queued:
+            self._thread = threading.Thread(target=self._run, name="warc-writer", daemon=True)
             self._thread.start()
         atexit.register(self.close)
 
@@ -165,7 +164,7 @@ class WarcWriter:
             raise RuntimeError("WARC writer is closed")
         if self.error is not None:
             raise RuntimeError(f"WARC writer failed: {self.error}") from self.error
-        if self.inline:
+        if self._thread is None:
             self._write(page)
             return
         try:
@@ -181,10 +180,8 @@ class WarcWriter:
             return
         self._closed = True
         atexit.unregister(self.close)
-        if self.inline:
-            if self.file is not None:
-                self.file.close()
-                self.file = None
+        if self._thread is None:
+            self._close_file()
             return
         self.queue.put(None)
         self._thread.join()
@@ -202,9 +199,12 @@ class WarcWriter:
             while self.queue.get() is not None:  # keep put() from blocking forever
                 pass
         finally:
-            if self.file is not None:
-                self.file.close()
-                self.file = None
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
 
     def _write(self, page: Page) -> None:
         if self.file is None:
@@ -217,7 +217,5 @@ class WarcWriter:
                 self.on_file(path)
         for record in page_records(page):
             self.file.write(gzip_member(record, self.level))
-        self.written += 1
         if self.file.tell() >= self.max_bytes:
-            self.file.close()
-            self.file = None
+            self._close_file()

@@ -123,8 +123,7 @@ local function ack_all(base, ids)
       acked = acked + 1
       if rec then
         if now == nil then now = now_ms() end
-        local domain = string.sub(rec, 1, string.find(rec, '\n', 1, true) - 1)
-        unpark(base, domain, id, now + 1 - (age or 0), dur)
+        unpark(base, split_record(rec), id, now + 1 - (age or 0), dur)
       end
     end
   end

@@ -44,8 +44,7 @@ for e = #expired, 1, -1 do  -- backwards: pushed to the front, they keep their o
   redis.call('ZREM', base .. ':leases', id)
   redis.call('HDEL', base .. ':lease', id)
   if rec then
-    local domain = split_record(rec)
-    unpark(base, domain, id, now, nil)  -- its worker is gone: the delay runs from now
+    unpark(base, split_record(rec), id, now, nil)  -- its worker is gone: the delay runs from now
     push_record(base, rec, true, now)
   end
 end

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from crawler.testweb.control import LogEntry
+from crawler.testweb.control import LogEntry, consecutive
 from tests.servers import ROOT, scrapy_env
 
 WEB = dict(links=8, size_fixed=6000, private_share=0.05, crawl_delay_share=0, dup_share=0.1,
@@ -22,17 +21,12 @@ WEB = dict(links=8, size_fixed=6000, private_share=0.05, crawl_delay_share=0, du
 
 def audit(log: list[LogEntry], delay: float, mode: str) -> tuple[list[float], list[tuple]]:
     """Gaps (ms) between consecutive requests to each domain, and those under the delay."""
-    by_domain: dict[str, list[LogEntry]] = defaultdict(list)
-    for e in log:
-        by_domain[e.domain].append(e)
     gaps, bad = [], []
-    for entries in by_domain.values():
-        entries.sort(key=lambda e: e.ms)
-        for a, b in zip(entries, entries[1:]):
-            gap = b.ms - (a.ms if mode == "start" else a.done)
-            gaps.append(gap)
-            if gap < delay * 1000:
-                bad.append((round(gap, 1), a, b))
+    for a, b in consecutive(log):
+        gap = b.ms - (a.ms if mode == "start" else a.done)
+        gaps.append(gap)
+        if gap < delay * 1000:
+            bad.append((round(gap, 1), a, b))
     return gaps, bad
 
 

@@ -19,7 +19,7 @@ from crawler.scheduler.canonical import canonicalize
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
 from crawler.scheduler.config import FrontierSettings
-from crawler.scheduler.frontier import Dedup, Frontier, Item
+from crawler.scheduler.frontier import Frontier, Item, stored_dedup
 from crawler.scheduler.keys import Keys
 
 
@@ -111,7 +111,5 @@ class Command(ScrapyCommand):
         else:
             settings.setdict(spidercls.custom_settings or {}, priority="spider")
         config = FrontierSettings.from_settings(settings)
-        mode, bits = client.hmget(keys.meta, "dedup", "bucket_bits")
-        dedup = Dedup(mode.decode(), config.dedup.capacity, config.dedup.error_rate, int(bits))
-        return Frontier(client, keys, dedup=dedup, domain_cap=config.domain_cap,
-                        domain_budget=config.domain_budget)
+        return Frontier(client, keys, dedup=stored_dedup(client, keys, config.dedup),
+                        domain_cap=config.domain_cap, domain_budget=config.domain_budget)

@@ -47,10 +47,11 @@ class WarcExtension:
         self.max_bytes = settings.getint("CRAWLER_WARC_MAX_BYTES", 1_000_000_000)
         self.level = settings.getint("CRAWLER_WARC_LEVEL", 1)
         self.max_queued = settings.getint("CRAWLER_WARC_QUEUE", 256)
-        thread = str(settings.get("CRAWLER_WARC_THREAD", "auto")).lower()
-        if thread not in ("auto", "true", "false", "1", "0"):
-            raise ValueError(f"CRAWLER_WARC_THREAD must be auto, True or False, got {thread!r}")
-        if thread in ("false", "0") or (thread == "auto" and len(os.sched_getaffinity(0)) < 2):
+        if str(settings.get("CRAWLER_WARC_THREAD", "auto")).lower() == "auto":
+            thread = len(os.sched_getaffinity(0)) > 1
+        else:
+            thread = settings.getbool("CRAWLER_WARC_THREAD")  # a ValueError naming the bad value
+        if not thread:
             self.max_queued = 0  # written by the reactor's thread
         self.stats = crawler.stats
         self.prefix = ""

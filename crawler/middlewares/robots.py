@@ -200,11 +200,11 @@ class SharedRobotsMiddleware:
         try:
             response: Response = await self.crawler.engine.download_async(request)  # type: ignore[union-attr]
         except Exception as exc:  # unreachable: disallow for a while
-            self.fetched[origin] = (began, time.monotonic())
             logger.info("robots.txt of %s unreachable (%s): disallowing it for %ss", origin, exc, self.error_ttl)
             self.stats.inc_value("crawler/robots/unreachable")
             return {"mode": "disallow", "status": None}, self.error_ttl
-        self.fetched[origin] = (began, time.monotonic())
+        finally:
+            self.fetched[origin] = (began, time.monotonic())
         status = response.status
         self.stats.inc_value(f"crawler/robots/status/{status}")
         if 200 <= status < 300:

@@ -101,6 +101,14 @@ class Dedup:
         return int.from_bytes(digest[:4], "big"), int.from_bytes(digest[4:8], "big") | 1
 
 
+def stored_dedup(client: redis.Redis, keys: Keys, dedup: Dedup) -> Dedup:
+    """The dedup layout the frontier at ``keys`` was created with, else ``dedup``."""
+    mode, bits = client.hmget(keys.meta, "dedup", "bucket_bits")
+    if mode is None or bits is None:
+        return dedup
+    return Dedup(mode.decode(), dedup.capacity, dedup.error_rate, int(bits))
+
+
 def _ids(ids: Iterable[str | Ack]) -> list[str]:
     ids = wire(ids)
     return [str(len(ids)), *ids]

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from scrapy.settings import Settings
+from scrapy.utils.python import global_object_name
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet import task
 
@@ -42,7 +43,7 @@ from crawler.scheduler.canonical import Canonicalizer
 from crawler.scheduler.config import FrontierSettings
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
-from crawler.scheduler.frontier import AddResult, Dedup, Frontier, Item, Leased
+from crawler.scheduler.frontier import AddResult, Dedup, Frontier, Item, Leased, stored_dedup
 from crawler.scheduler.keys import Keys
 from crawler.scheduler.marks import Ack, Marks
 from crawler.sharding import shard_of
@@ -152,9 +153,7 @@ class FrontierScheduler(RedisScheduler):
         try:
             self.flush_pending()
             if self.pending_acks:  # finished pages: acknowledged before the process goes
-                self.frontier.take(0, self.pending_acks)
-                self._inc("crawler/frontier/acked", len(self.pending_acks))
-                self.pending_acks = []
+                self._send_acks_alone()
             given_back = self.frontier.release(unfinished)
         except REDIS_ERRORS as exc:
             # unacknowledged pages come back when their leases expire, and
@@ -261,11 +260,8 @@ class FrontierScheduler(RedisScheduler):
                 settings.set("REDIS_URL", url, priority="cmdline")
                 client = get_redis(settings)
             keys = Keys(self.config.prefix, self.frontier.keys.spider, shard)
-            mode, bits = client.hmget(keys.meta, "dedup", "bucket_bits")
-            dedup = self.config.dedup
-            if mode is not None and bits is not None:  # that frontier exists: its layout wins
-                dedup = Dedup(mode.decode(), dedup.capacity, dedup.error_rate, int(bits))
-            link = self._shard_links[shard] = (client, keys, dedup)
+            # when that frontier exists, its layout wins
+            link = self._shard_links[shard] = (client, keys, stored_dedup(client, keys, self.config.dedup))
         return link
 
     def _forward_record(self, shard: int, item: Item) -> bytes:
@@ -361,14 +357,17 @@ class FrontierScheduler(RedisScheduler):
             if self.buffer:
                 self._wake_engine_in(0.0)
             return
-        acks = self.pending_acks
-        self.pending_acks = []
+        self._guarded(self._send_acks_alone)
+
+    def _send_acks_alone(self) -> None:
+        """Pending acknowledgements in a round trip of their own; kept when it fails."""
+        assert self.frontier is not None
+        acks, self.pending_acks = self.pending_acks, []
         try:
             self.frontier.take(0, acks)
-        except REDIS_ERRORS as exc:
+        except BaseException:
             self.pending_acks = acks + self.pending_acks
-            self._redis_failed(exc)
-            return
+            raise
         self._inc("crawler/frontier/acked", len(acks))
 
     def _tick(self) -> None:
@@ -628,7 +627,7 @@ def _warn_ignored(settings: Any) -> None:
         if settings.get(name) is not None:
             logger.warning("%s is ignored: %s", name, instead)
     dupefilter = settings.get("DUPEFILTER_CLASS")
-    name = dupefilter if isinstance(dupefilter, str) else f"{dupefilter.__module__}.{dupefilter.__qualname__}"
+    name = dupefilter if isinstance(dupefilter, str) else global_object_name(dupefilter)
     if name not in ("scrapy.dupefilters.BaseDupeFilter", "scrapy.dupefilters.RFPDupeFilter"):
         logger.warning("DUPEFILTER_CLASS %s is not used: the frontier dedups in Redis by the SHA-256 "
                        "of canonical URLs (CRAWLER_DEDUP)", name)

@@ -7,6 +7,7 @@ import ssl
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any, NamedTuple
 
@@ -27,6 +28,19 @@ class LogEntry(NamedTuple):
     @property
     def path(self) -> str:
         return self.target.split("?", 1)[0]
+
+
+def consecutive(log: Iterable[LogEntry]) -> list[tuple[LogEntry, LogEntry]]:
+    """Each pair of requests to one domain that followed each other, by arrival:
+    what a politeness audit measures (``b.ms - a.ms``, or ``b.ms - a.done``)."""
+    by_domain: dict[str, list[LogEntry]] = {}
+    for entry in log:
+        by_domain.setdefault(entry.domain, []).append(entry)
+    pairs = []
+    for entries in by_domain.values():
+        entries.sort(key=lambda e: e.ms)
+        pairs += zip(entries, entries[1:])
+    return pairs
 
 
 class TestWebProcess:
@@ -63,6 +77,11 @@ class TestWebProcess:
         fields = dict(part.split("=", 1) for part in line.split()[1:])
         self.port = int(fields["port"])
         self.ca_file = fields.get("ca")
+        handlers: list[Any] = [_NoRedirect]
+        if self.ca_file:
+            context = ssl.create_default_context(cafile=self.ca_file)
+            handlers.append(urllib.request.HTTPSHandler(context=context))
+        self._opener = urllib.request.build_opener(*handlers)
         return self
 
     def stop(self) -> None:
@@ -94,11 +113,7 @@ class TestWebProcess:
         return f"{self.config.scheme}://127.0.0.1:{self.port}"
 
     def _open(self, request: urllib.request.Request | str, timeout: float) -> Any:
-        handlers: list[Any] = [_NoRedirect]
-        if self.ca_file:
-            context = ssl.create_default_context(cafile=self.ca_file)
-            handlers.append(urllib.request.HTTPSHandler(context=context))
-        return urllib.request.build_opener(*handlers).open(request, timeout=timeout)
+        return self._opener.open(request, timeout=timeout)
 
     def fetch(self, domain: int | str, path: str = "/", timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
         """GET a page straight from 127.0.0.1 with the right Host header."""

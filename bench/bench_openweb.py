@@ -46,14 +46,16 @@ from tests.servers import RedisServer, cpu_seconds  # noqa: E402
 #: innermost frame outwards names the component of a sample
 COMPONENTS = (
     ("WARC", ("warcfile.py", "extensions/warc.py", "warcio/", "isal/")),
-    ("TLS", ("OpenSSL/", "twisted/protocols/tls.py", "_sslverify.py", "crawler/tls.py",
+    ("TLS", ("OpenSSL/", "twisted/protocols/tls.py", "_sslverify.py", "crawler/fetch/_tls.py", "/ssl.py",
+             "asyncio/sslproto.py",
              "service_identity/", "cryptography/", "contextfactory.py", "downloader/tls.py")),
     ("parse", ("crawler/links.py", "_fastjoin.py", "selectolax", "linkextractors/", "lxml", "parsel/",
                "canonical.py", "ada_url")),
     ("frontier", ("crawler/scheduler/", "redis/", "hiredis", "crawler/deadletters.py", "scrapy_redis/",
                   "scrapy/core/scheduler.py", "pqueues.py", "queuelib/", "dupefilters.py")),
     ("HTTP", ("twisted/web/", "handlers/http11.py", "twisted/internet/tcp.py", "twisted/internet/endpoints.py",
-              "scrapy/http/", "scrapy/responsetypes.py", "resolver.py")),
+              "scrapy/http/", "scrapy/responsetypes.py", "resolver.py", "crawler/fetch/",
+              "asyncio/selector_events.py", "asyncio/base_events.py", "/socket.py")),
     ("middlewares", ("crawler/middlewares/", "downloadermiddlewares/", "spidermiddlewares/")),
     ("Scrapy engine", ("scrapy/core/", "scrapy/utils/", "scrapy/signalmanager.py", "pydispatch/",
                        "scrapy/extensions/", "crawler/extensions/")),

@@ -32,7 +32,9 @@ from crawler.middlewares.useragent import ContactUserAgentMiddleware
 from crawler.scheduler.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
 from crawler.scheduler.fingerprint import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
-from crawler.download import HTTPDownloadHandler, HTTPSDownloadHandler
+from crawler.fetch import DownloadHandler
+from crawler.scheduler.config import SettingsError, exit_with
+from crawler.settings_check import check_settings
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -63,6 +65,22 @@ EXTENSIONS = {Progress: 500, StatsFile: 510, WarcExtension: 520, MetricsExtensio
 
 
 class Addon:
+    @classmethod
+    def update_pre_crawler_settings(cls, settings: BaseSettings) -> None:
+        """One Redis for everything: scrapy-redis's spiders and pipeline read
+        ``REDIS_URL`` from the settings, as the frontier does. Settled before
+        the spider is built, since a ``RedisSpider`` connects in its
+        ``from_crawler``."""
+        if settings.get("REDIS_URL"):
+            return
+        url = os.environ.get("REDIS_URL", "")
+        if not url and settings.getbool("CRAWLER_EMBEDDED_REDIS", True):
+            from crawler.embedded import EmbeddedRedis
+
+            url = EmbeddedRedis.from_settings(settings).url  # started when first needed
+        if url:
+            settings.set("REDIS_URL", url, "addon")
+
     def update_settings(self, settings: BaseSettings) -> None:
         for name, (theirs, ours) in SCRAPY_REDIS.items():
             # a project moving from scrapy-redis keeps its lines: they are taken over
@@ -72,16 +90,7 @@ class Addon:
         settings.set("SCHEDULER", FrontierScheduler, "addon")
         settings.set("REQUEST_FINGERPRINTER_CLASS", Fingerprinter, "addon")
         settings.set("DUPEFILTER_CLASS", BaseDupeFilter, "addon")  # dedup happens in Redis
-        if not settings.get("REDIS_URL"):
-            # one Redis for everything: scrapy-redis's spiders and pipeline
-            # read REDIS_URL from the settings, as the frontier does
-            url = os.environ.get("REDIS_URL", "")
-            if not url and settings.getbool("CRAWLER_EMBEDDED_REDIS", True):
-                from crawler.embedded import EmbeddedRedis
-
-                url = EmbeddedRedis.from_settings(settings).url  # started when first needed
-            if url:
-                settings.set("REDIS_URL", url, "addon")
+        self.update_pre_crawler_settings(settings)
         for cls in REPLACED:
             settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, None)
         for cls, order in DOWNLOADER_MIDDLEWARES.items():
@@ -91,11 +100,15 @@ class Addon:
         for cls, order in EXTENSIONS.items():  # each is off until its setting asks for it
             settings.setdefault_in_component_priority_dict("EXTENSIONS", cls, order)
         handlers = settings.getdict("DOWNLOAD_HANDLERS")
-        ours = {"http": HTTPDownloadHandler, "https": HTTPSDownloadHandler}
+        ours = {"http": DownloadHandler, "https": DownloadHandler}
         if not set(ours) & set(handlers):
             settings.set("DOWNLOAD_HANDLERS", {**handlers, **ours}, "addon")
         if settings.get("USER_AGENT", "").startswith("Scrapy/"):
             settings.set("USER_AGENT", f"{settings['BOT_NAME']} (+{{contact}})", "addon")
+        try:
+            check_settings(settings)  # before any component is built: one line, not tracebacks
+        except SettingsError as exc:
+            exit_with(exc)
 
 
 def _name(value: object) -> str:

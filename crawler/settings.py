@@ -50,11 +50,14 @@ ROBOTSTXT_OBEY = True
 # "{contact}" is filled from CRAWLER_CONTACT (a URL or an e-mail address)
 USER_AGENT = "crawler/0.1 (+{contact})"
 CRAWLER_CONTACT = os.environ.get("CRAWLER_CONTACT", "")
-# no silent re-sends; HTTPS with one TLS context, sessions resumed (crawler/download.py)
+# asyncio HTTP/1.1: no silent re-sends, TLS sessions resumed, private
+# addresses refused, bodies capped after decoding (crawler/fetch/)
 DOWNLOAD_HANDLERS = {
-    "http": "crawler.download.HTTPDownloadHandler",
-    "https": "crawler.download.HTTPSDownloadHandler",
+    "http": "crawler.fetch.DownloadHandler",
+    "https": "crawler.fetch.DownloadHandler",
 }
+# the test web's hosts resolve to 127.0.0.1 (CRAWLER_HOST_MAP above)
+CRAWLER_ALLOW_PRIVATE = ["*.test"]
 CONCURRENT_REQUESTS = 64
 CONCURRENT_REQUESTS_PER_DOMAIN = 8
 DOWNLOAD_TIMEOUT = 30

@@ -27,6 +27,9 @@ FORMS: dict[str, tuple[str, float]] = {
     "CRAWLER_WARC_LEVEL": ("int", 0),
     "CRAWLER_WARC_QUEUE": ("int", 0),
     "CRAWLER_TLS_SESSIONS": ("int", 1),
+    "CRAWLER_MAX_HEADER_BYTES": ("int", 256),
+    "CRAWLER_KEEPALIVE_TIMEOUT": ("float", 0),
+    "CRAWLER_BLOCK_PRIVATE": ("bool", 0),
     "CRAWLER_PROGRESS_INTERVAL": ("float", 0),
     "CRAWLER_METRICS_PORT": ("int", 0),
     "CRAWLER_EMBEDDED_REDIS": ("bool", 0),
@@ -62,7 +65,11 @@ def check_settings(settings: BaseSettings) -> None:
     lock_ttl(settings)
     from crawler.resolver import parse_host_map
 
+    from crawler.fetch._address import Allowed
+
     try:
         parse_host_map(settings.getdict("CRAWLER_HOST_MAP"))
+        Allowed(settings.getlist("CRAWLER_ALLOW_PRIVATE"))
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
+

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import redis
 
-from tests.servers import ROOT, free_port, run_scrapy, scrapy_env
+from tests.servers import ROOT, RedisServer, free_port, run_scrapy, scrapy_env
 
 QUIET = dict(links=6, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2, crawl_delay_share=0)
 
@@ -43,8 +43,8 @@ def test_addon_in_a_new_project_with_two_processes(redis_url: str, make_web, tmp
     with open(project / "shop" / "settings.py", "a") as settings:
         settings.write(
             '\nADDONS = {"crawler.addon.Addon": 100}\n'
-            'TWISTED_DNS_RESOLVER = "crawler.resolver.HostMapResolver"\n'
             'CRAWLER_HOST_MAP = {"*.test": "127.0.0.1"}\n'
+            'CRAWLER_ALLOW_PRIVATE = ["*.test"]\n'
             'SCHEDULER_PERSIST = True\n'
             # the project's own choices win over the addon's
             'DOWNLOADER_MIDDLEWARES = {"crawler.middlewares.lock.DomainLockMiddleware": None}\n'
@@ -133,3 +133,29 @@ def test_prometheus_metrics_during_a_crawl(redis_url: str, make_web) -> None:
     assert 'crawler_frontier_queued{shard="0",spider="demo"}' in values
     assert all(name.split("{")[0].endswith("_total") for name in values if "_total" in name)
     assert not any("domain=" in name for name in values)  # no per-domain label
+
+
+def test_errors_in_an_addon_project_are_one_line(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "scrapy", "startproject", "shop", str(tmp_path / "shop")],
+                   check=True, capture_output=True, timeout=60)
+    project = tmp_path / "shop"
+    (project / "shop" / "spiders" / "site.py").write_text(SPIDER)
+    with open(project / "shop" / "settings.py", "a") as settings:
+        settings.write('\nADDONS = {"crawler.addon.Addon": 100}\n')
+    server = RedisServer(tmp_path / "redis", password="right").start()
+    try:
+        wrong = f"redis://:wrong@127.0.0.1:{server.port}/0"
+        for env, extra, message in (
+            (scrapy_env(wrong), [], f"crawler: error: Redis at redis://:***@127.0.0.1:{server.port}/0 refused"),
+            (scrapy_env(server.url), ["-s", "CRAWLER_DEDUP=nope"], "crawler: error: CRAWLER_DEDUP must be"),
+            (scrapy_env(server.url), ["-s", "CRAWLER_ALLOW_PRIVATE=10.0.0.0/99"],
+             "crawler: error: CRAWLER_ALLOW_PRIVATE: '10.0.0.0/99' is not a network"),
+        ):
+            result = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "site", "-a", "start=http://a.test/",
+                                     *extra], cwd=project, env=env, capture_output=True, text=True, timeout=60)
+            assert result.returncode == 1, result.stderr[-2000:]
+            assert message in result.stderr, result.stderr[-2000:]
+            assert "Traceback" not in result.stderr and "Engine slot" not in result.stderr
+            assert "wrong" not in result.stderr  # the password is masked
+    finally:
+        server.stop()

@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 from OpenSSL import SSL
-from scrapy.utils.test import get_crawler
-from twisted.internet.protocol import Factory, Protocol
-from twisted.protocols.tls import TLSMemoryBIOFactory
+from scrapy.settings import Settings
 
-from crawler.tls import ReusingContextFactory
+from crawler.fetch._tls import TLS
 from tests.servers import run_scrapy, scrapy_env
 
 WEB = dict(domains=3, pages=12, links=4, size_fixed=3000, tls=True, crawl_delay_share=0,
@@ -68,16 +66,12 @@ def test_certificates_verified_when_asked(redis_url: str, make_web, tmp_path: Pa
 
 
 @pytest.mark.parametrize("verify", [False, True])
-def test_one_context_for_every_connection(verify: bool) -> None:
-    crawler = get_crawler(settings_dict={"DOWNLOAD_VERIFY_CERTIFICATES": verify})
-    factory = ReusingContextFactory.from_crawler(crawler)
-    contexts = set()
-    for host in (b"a.test", b"b.test", b"a.test"):
-        creator = factory.creatorForNetloc(host, 443)
-        tls = TLSMemoryBIOFactory(creator, True, Factory.forProtocol(Protocol)).buildProtocol(None)
-        connection = creator.clientConnectionForTLS(tls)
-        contexts.add(id(connection.get_context()))
-        assert connection.get_servername() == host
-        assert bool(connection.get_context().get_verify_mode() & SSL.VERIFY_PEER) == verify
-    assert len(contexts) == 1
-
+def test_context_follows_the_settings(verify: bool) -> None:
+    tls = TLS(Settings({"DOWNLOAD_VERIFY_CERTIFICATES": verify, "CRAWLER_TLS_SESSIONS": 2}))
+    assert bool(tls.context.get_verify_mode() & SSL.VERIFY_PEER) == verify
+    assert tls.connection("a.test").get_servername() == b"a.test"
+    assert tls.connection("127.0.0.1").get_servername() is None  # no SNI for an address
+    with pytest.raises(ValueError, match="CRAWLER_TLS_SESSIONS must be >= 0"):
+        TLS(Settings({"CRAWLER_TLS_SESSIONS": -1}))
+    with pytest.raises(ValueError, match="CRAWLER_TLS_GROUPS: OpenSSL knows none of 'nonsense'"):
+        TLS(Settings({"CRAWLER_TLS_GROUPS": "nonsense"}))

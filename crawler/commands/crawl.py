@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 
 from scrapy.commands.crawl import Command as ScrapyCrawl
 from scrapy.spiderloader import get_spider_loader
 
 from crawler.connection import RedisUnavailable, get_redis, redis_url
-from crawler.scheduler.config import SettingsError
+from crawler.scheduler.config import SettingsError, exit_with
 from crawler.settings_check import check_settings
 
 
@@ -30,8 +29,7 @@ class Command(ScrapyCrawl):
             self.settings.set("REDIS_URL", url, priority="cmdline")
             get_redis(self.settings).close()
         except (SettingsError, RedisUnavailable, FileNotFoundError, RuntimeError) as exc:
-            print(f"crawler: error: {exc}", file=sys.stderr)
-            sys.exit(1)
+            exit_with(exc)
 
     def _check_spider(self, args: list[str], opts: argparse.Namespace) -> None:
         """A spider module's ``check_arguments(**spargs)`` is run, and spiders of

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _FETCH_LOCK_MS = 60_000
+_VERDICTS = 4096  # URLs remembered per host
 _REDIS_WAIT = 5.0
 _WAIT_STEP = 0.1
 
@@ -55,11 +56,19 @@ class Rules:
         self.mode = record["mode"]  # "parse", "allow" or "disallow"
         self.parser = Protego.parse(record.get("body", "")) if self.mode == "parse" else None
         self.agent = agent
+        # a site's pages link the same URLs over and over (menus, footers)
+        self.verdicts: dict[str, bool] = {}
 
     def allowed(self, url: str) -> bool:
         if self.parser is None:
             return self.mode == "allow"
-        return bool(self.parser.can_fetch(url, self.agent))
+        verdict = self.verdicts.get(url)
+        if verdict is None:
+            verdict = bool(self.parser.can_fetch(url, self.agent))
+            if len(self.verdicts) >= _VERDICTS:
+                self.verdicts.clear()
+            self.verdicts[url] = verdict
+        return verdict
 
     def crawl_delay(self) -> float | None:
         if self.parser is None:
@@ -124,8 +133,8 @@ class SharedRobotsMiddleware:
     def known_disallowed(self, url: str) -> bool:
         """True if the host's rules are known here and refuse ``url``: a link
         that need not be queued (it would spend a politeness slot for nothing)."""
-        parts = urlsplit(url)
-        cached = self.local.get(f"{parts.scheme}://{parts.netloc}")
+        end = url.find("/", url.find("//") + 2)
+        cached = self.local.get(url if end == -1 else url[:end])
         return cached is not None and not cached[0].allowed(url)
 
     async def rules(self, origin: str) -> Rules:

@@ -28,6 +28,13 @@ ROBOTS = "crawler_robots"  # meta flag of robots.txt requests
 NON_HTML = "crawler_non_html"
 
 
+def page_limit(request: Request, default: int) -> int:
+    """The bytes of body kept for ``request`` (robots.txt has its own)."""
+    if request.meta.get(ROBOTS):
+        return ROBOTS_MAX_BYTES
+    return int(request.meta.get("crawler_max_page_bytes", default))
+
+
 class SizeCapMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
@@ -37,10 +44,7 @@ class SizeCapMiddleware:
         if self.max_bytes <= 0:
             raise ValueError(f"CRAWLER_MAX_PAGE_BYTES must be > 0, got {self.max_bytes}")
         self.html_only = settings.getbool("CRAWLER_HTML_ONLY", True)
-        # A stopped download closes its connection while Twisted's pool may
-        # already be reusing it; Twisted then re-sends that GET, which the
-        # server had received: a duplicate fetch. Without keep-alive there
-        # is no reuse (and, with long politeness delays, nothing lost).
+        # with long politeness delays a connection is never reused anyway
         self.keepalive = settings.getbool("CRAWLER_KEEPALIVE", True)
         self.stats = crawler.stats
         self.received: dict[int, int] = {}
@@ -56,9 +60,7 @@ class SizeCapMiddleware:
             request.headers.setdefault(b"Connection", b"close")
 
     def limit(self, request: Request) -> int:
-        if request.meta.get(ROBOTS):
-            return ROBOTS_MAX_BYTES
-        return int(request.meta.get("crawler_max_page_bytes", self.max_bytes))
+        return page_limit(request, self.max_bytes)
 
     def headers_received(self, headers: Headers, body_length: int, request: Request, **kwargs: Any) -> None:
         if not self.html_only or request.meta.get(ROBOTS) or request.meta.get("crawler_any_type"):

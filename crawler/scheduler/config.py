@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import NoReturn
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,3 +134,11 @@ class FrontierSettings:
             idle_before_close=_number(settings, "SCHEDULER_IDLE_BEFORE_CLOSE", 0.0),
             tracking=settings.getlist("CRAWLER_TRACKING_PARAMS"),
         )
+
+
+def exit_with(error: Exception) -> NoReturn:
+    """End the process with one error line: a bad setting or an unreachable
+    Redis is the user's to fix, and a traceback would bury the reason.
+    ``SystemExit`` passes through Scrapy's start-up (it catches ``Exception``)."""
+    print(f"crawler: error: {error}", file=sys.stderr, flush=True)
+    raise SystemExit(1)

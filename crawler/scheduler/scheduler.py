@@ -36,11 +36,11 @@ from scrapy.utils.python import global_object_name
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet import task
 
-from crawler.connection import _reason, get_redis, mask_url
+from crawler.connection import RedisUnavailable, _reason, get_redis, mask_url
 from crawler.deadletters import DeadLetter, DeadLetters
 from crawler.scheduler import codec
 from crawler.scheduler.canonical import Canonicalizer
-from crawler.scheduler.config import FrontierSettings
+from crawler.scheduler.config import FrontierSettings, SettingsError, exit_with
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
 from crawler.scheduler.frontier import AddResult, Dedup, Frontier, Item, Leased, stored_dedup
@@ -108,7 +108,13 @@ class FrontierScheduler(RedisScheduler):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
-        return cls(crawler)
+        from crawler.settings_check import check_settings  # it imports this module's users
+
+        try:
+            check_settings(crawler.settings)
+            return cls(crawler)
+        except (SettingsError, RedisUnavailable) as exc:  # one line, also in projects using the addon
+            exit_with(exc)
 
     # --- lifecycle -------------------------------------------------------
 

@@ -7,9 +7,12 @@ followed by a slice of one shared filler buffer, so large pages cost no work.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import html
 import random
+import struct
+import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -83,6 +86,7 @@ def _pick_share(shares: dict[str, float], u: float) -> str | None:
 
 class Site:
     def __init__(self, config: WebConfig, port: int) -> None:
+        self.bombs: dict[int, bytes] = {}
         self.config = config
         self.port = config.public_port or port
         self.hosts = {config.domain(i): i for i in range(config.domains)}
@@ -263,7 +267,44 @@ class Site:
             return _redirect(f"/fault/redirect/{hops - 1}/{k}")
         if kind == "loop" and rest and rest[0] in ("0", "1"):
             return _redirect(f"/fault/loop/{1 - int(rest[0])}")
+        if kind == "to" and len(rest) >= 2 and rest[1].isdigit():  # /fault/to/<host>/<port>/<path>
+            return _redirect(f"http://{rest[0]}:{rest[1]}/{'/'.join(rest[2:])}")
+        size = int(rest[0]) if rest and rest[0].isdigit() else 0
+        if kind == "bomb" and 0 < size <= 4096:  # a small gzip body of <size> MiB
+            return self._gzipped(self._bomb(size))
+        if kind == "gzip" and 0 < size <= 100_000:  # a page of <size> KiB, gzipped
+            return self._gzipped(gzip.compress(self.filler_page(size * 1024), 1))
+        if kind == "headers" and 0 < size <= 100_000:  # <size> KiB of response headers
+            reply = _small(200, f"{size} KiB of headers")
+            reply.headers.append((b"X-Filler", b"x" * (size * 1024)))
+            return reply
         return _small(404, "no such fault")
+
+    def filler_page(self, size: int) -> bytes:
+        head = b"<!DOCTYPE html><html><body><p>"
+        filler = bytes(self.filler)
+        text = (filler * (size // max(1, len(filler)) + 1))[: max(0, size - len(head))]
+        return head + text
+
+    def _bomb(self, mib: int) -> bytes:
+        if mib not in self.bombs:
+            # each MiB of zeros after a full flush compresses to the same
+            # bytes: one MiB is compressed, its bytes repeated
+            head, zeros = b"<!DOCTYPE html><html><body><p>", bytes(1 << 20)
+            deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+            first = deflate.compress(head) + deflate.compress(zeros) + deflate.flush(zlib.Z_FULL_FLUSH)
+            again = deflate.compress(zeros) + deflate.flush(zlib.Z_FULL_FLUSH)
+            crc = zlib.crc32(head)
+            for _ in range(mib):
+                crc = zlib.crc32(zeros, crc)
+            size = (len(head) + (mib << 20)) & 0xFFFFFFFF
+            self.bombs[mib] = (b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + first + again * (mib - 1)
+                               + deflate.flush() + struct.pack("<II", crc, size))
+        return self.bombs[mib]
+
+    @staticmethod
+    def _gzipped(body: bytes) -> Reply:
+        return Reply(200, [body], headers=[(b"Content-Encoding", b"gzip")])
 
     def _calendar(self, year: int, month: int) -> Reply:
         nxt = (year + month // 12, month % 12 + 1)

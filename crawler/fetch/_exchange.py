@@ -1,0 +1,296 @@
+"""One HTTP/1.1 connection and the exchange it carries.
+
+:class:`Connection` is the asyncio protocol; it feeds what arrives to the
+current :class:`Exchange`, which parses the status line and headers (at
+most ``max_head`` bytes), then the body framed by ``Content-Length``,
+``chunked`` or the connection's end, decoded as it arrives and kept to
+``limit`` bytes. Parsing happens in the transport's callbacks: no task
+wakes up until the exchange is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from scrapy.exceptions import DownloadCancelledError, DownloadFailedError
+
+from crawler.fetch._decode import decoder
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from ipaddress import IPv4Address, IPv6Address
+
+    from scrapy.exceptions import StopDownload
+    from scrapy.http import Headers
+
+    from crawler.fetch._decode import Decoder
+
+HeaderList = list[tuple[bytes, bytes]]
+_CHUNK_LINE_MAX = 4096
+
+
+class HeadTooLarge(DownloadFailedError):
+    """The response's status line and headers exceed the allowed size."""
+
+
+class Exchange:
+    """The response to one request, parsed as it arrives."""
+
+    def __init__(self, on_head: Callable[[Exchange], bool], limit: int, maxsize: int, max_head: int,
+                 head_only: bool) -> None:
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.on_head = on_head  # False: stop at the headers
+        self.limit = limit  # decoded bytes kept; one more marks a cut
+        self.maxsize = maxsize  # bytes received before the download fails (0: none)
+        self.max_head = max_head
+        self.head_only = head_only
+        self.buffer = bytearray()
+        self.status = 0
+        self.headers: HeaderList = []
+        self.in_body = False
+        self.length = -1  # bytes of body left; -1: until the connection ends
+        self.chunked = False
+        self.chunk_left = 0  # >0: data, -1: CRLF after data, -2: trailers
+        self.decoder: Decoder | None = None
+        self.parts: list[bytes] = []
+        self.kept = 0
+        self.received = 0
+        self.keep_alive = False
+        self.cut = False  # stopped before the end of the body
+        self.dataloss = False
+        self.scrapy_headers: Headers | None = None
+        self.stop: StopDownload | None = None  # from a signal handler
+
+    @property
+    def finished(self) -> bool:
+        return self.done.done()
+
+    def body(self) -> bytes:
+        return b"".join(self.parts)
+
+    def feed(self, data: bytes) -> None:
+        if self.in_body:
+            self._body(data)
+            return
+        self.buffer += data
+        while not self.in_body:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end == -1 or end > self.max_head:
+                if end > self.max_head or len(self.buffer) > self.max_head:
+                    self.fail(HeadTooLarge(f"response headers over {self.max_head} bytes"))
+                return
+            head = bytes(self.buffer[:end])
+            del self.buffer[:end + 4]
+            if not self._head(head):
+                return
+        rest = bytes(self.buffer)
+        self.buffer.clear()
+        if self.length == 0:
+            if rest:
+                self.keep_alive = False
+            self.finish()
+        elif rest:
+            self._body(rest)
+
+    def _head(self, head: bytes) -> bool:
+        lines = head.split(b"\r\n")
+        version, _, rest = lines[0].partition(b" ")
+        code = rest[:3]
+        if not version.startswith(b"HTTP/1.") or not code.isdigit():
+            self.fail(DownloadFailedError(f"not an HTTP/1.x response: {lines[0][:80]!r}"))
+            return False
+        status = int(code)
+        if 100 <= status < 200 and status != 101:
+            return True  # interim response: the real one follows
+        headers: HeaderList = []
+        for line in lines[1:]:
+            if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
+                name, value = headers[-1]
+                headers[-1] = (name, value + b" " + line.strip())
+                continue
+            name, colon, value = line.partition(b":")
+            if not colon or not name.strip():
+                self.fail(DownloadFailedError(f"malformed header line {line[:80]!r}"))
+                return False
+            headers.append((name.strip(), value.strip()))
+        self.status, self.headers, self.in_body = status, headers, True
+        self.keep_alive = version == b"HTTP/1.1"
+        lengths: set[bytes] = set()
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"content-length":
+                lengths.add(value)
+            elif lower == b"transfer-encoding" and b"chunked" in value.lower():
+                self.chunked = True
+            elif lower == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+            elif lower == b"content-encoding" and value:
+                self.decoder = decoder(value)
+        if self.head_only or status in (204, 304):
+            self.length = 0
+        elif self.chunked:
+            self.length = -1
+        elif lengths:
+            if len(lengths) > 1 or not next(iter(lengths)).isdigit():
+                self.fail(DownloadFailedError(f"bad Content-Length {sorted(lengths)!r}"))
+                return False
+            self.length = int(next(iter(lengths)))
+        else:
+            self.keep_alive = False  # the body ends with the connection
+        if not self.on_head(self):
+            self.cut = True
+            self.finish()
+            return False
+        return True
+
+    def _body(self, data: bytes) -> None:
+        if self.chunked:
+            self._chunks(data)
+            return
+        if self.length >= 0:
+            if len(data) > self.length:
+                data = data[:self.length]
+                self.keep_alive = False  # bytes after the body: something is off
+            self.length -= len(data)
+        self._keep(data)
+        if self.length == 0 and not self.finished:
+            self.finish()
+
+    def _chunks(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        pos = 0
+        while not self.finished:
+            if self.chunk_left > 0:
+                take = min(self.chunk_left, len(buffer) - pos)
+                if not take:
+                    break
+                self._keep(bytes(buffer[pos:pos + take]))
+                pos += take
+                self.chunk_left -= take
+                if not self.chunk_left:
+                    self.chunk_left = -1
+                continue
+            end = buffer.find(b"\r\n", pos)
+            if end == -1:
+                if len(buffer) - pos > _CHUNK_LINE_MAX:
+                    self.fail(DownloadFailedError("chunk size line too long"))
+                break
+            line = bytes(buffer[pos:end])
+            pos = end + 2
+            if self.chunk_left == -1:  # the CRLF closing a chunk's data
+                if line:
+                    self.fail(DownloadFailedError("malformed chunked body"))
+                    break
+                self.chunk_left = 0
+            elif self.chunk_left == -2:  # trailers, up to an empty line
+                if not line:
+                    self.finish()
+            else:
+                size = line.split(b";", 1)[0].strip()
+                try:
+                    self.chunk_left = int(size, 16)
+                except ValueError:
+                    self.fail(DownloadFailedError(f"bad chunk size {size[:20]!r}"))
+                    break
+                if self.chunk_left == 0:
+                    self.chunk_left = -2
+        del buffer[:pos]
+
+    def _keep(self, data: bytes) -> None:
+        if self.finished or not data:
+            return
+        self.received += len(data)
+        if self.maxsize and self.received > self.maxsize:
+            self.fail(DownloadCancelledError(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes)"))
+            return
+        room = self.limit + 1 - self.kept
+        if self.decoder is not None:
+            try:
+                data = self.decoder.feed(data, room)
+            except Exception as e:
+                self.fail(DownloadFailedError(f"cannot decode the body: {e}"))
+                return
+        elif len(data) > room:
+            data = data[:room]
+        if data:
+            self.parts.append(data)
+            self.kept += len(data)
+        if self.kept > self.limit:
+            self.cut = True
+            self.finish()
+
+    def finish(self) -> None:
+        if self.cut or self.length > 0 or self.chunked and self.chunk_left != -2:
+            self.keep_alive = False
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def fail(self, error: Exception) -> None:
+        self.keep_alive = False
+        if not self.done.done():
+            self.done.set_exception(error)
+
+    def ended(self, error: Exception | None) -> None:
+        """The connection is gone."""
+        if self.finished:
+            return
+        if not self.in_body:
+            reason = f": {error}" if error else ""
+            self.fail(DownloadFailedError(f"connection closed before the response{reason}"))
+        elif self.length == -1 and not self.chunked:
+            self.finish()  # a body framed by the connection's end
+        else:
+            self.dataloss = True
+            self.finish()
+
+
+class Connection(asyncio.Protocol):
+    """An HTTP/1.1 client connection: one exchange at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.exchange: Exchange | None = None
+        self.closed = False
+        self.idle: asyncio.TimerHandle | None = None
+        self.address: IPv4Address | IPv6Address | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def send(self, data: bytes, exchange: Exchange) -> None:
+        assert self.transport is not None
+        self.exchange = exchange
+        self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        exchange = self.exchange
+        if exchange is None or exchange.finished:
+            self.abort()  # bytes nobody asked for
+            return
+        exchange.feed(data)
+
+    def eof_received(self) -> None:
+        if self.exchange is not None:
+            self.exchange.ended(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.idle is not None:
+            self.idle.cancel()
+        if self.exchange is not None:
+            self.exchange.ended(exc)
+
+    @property
+    def usable(self) -> bool:
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        """End politely: TLS close_notify keeps the host's session resumable."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()

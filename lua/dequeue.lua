@@ -13,7 +13,9 @@
 -- ARGV[6]  call id ("" for none): a call sent again with the same id (its
 --          reply was lost, the client retried) gets the first call's reply,
 --          so no lease is taken twice and none is left without its worker
--- ARGV[7]  number of lease ids to acknowledge, then the ids
+-- ARGV[7]  the id of this client's previous call, whose reply arrived: its
+--          kept reply is deleted ("" for none), so a worker keeps one at most
+-- ARGV[8]  number of lease ids to acknowledge, then the ids
 -- Overrides per domain: JSON {"rate": r, "burst": b, "delay": seconds} in
 -- base:policy (operators, live) else base:policy:settings; a robots.txt
 -- Crawl-delay in base:policy:robots (seconds) raises the delay.
@@ -26,7 +28,8 @@ local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local d_rate, d_burst, d_delay = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local call = ARGV[6]
-local acks = read_list(7)
+if ARGV[7] ~= '' then redis.call('DEL', base .. ':call:' .. ARGV[7]) end
+local acks = read_list(8)
 ack_all(base, acks)
 local replay_key = base .. ':call:' .. call
 if call ~= '' then

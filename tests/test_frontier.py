@@ -197,8 +197,10 @@ def test_a_retried_dequeue_returns_the_same_leases(redis_client: redis.Redis) ->
     again = f.take(2, call="c1")
     assert [x.lease for x in again.items] == [x.lease for x in first.items] and len(first.items) == 2
     assert redis_client.zcard(f.keys.leases) == 2  # nothing taken twice, no lease without a worker
-    other = f.take(10, call="c2")
+    assert redis_client.exists(f"{f.keys.base}:call:c1")
+    other = f.take(10, call="c2", previous="c1")  # c1's reply arrived: its copy goes
     assert len(other.items) == 2 and {x.lease for x in other.items}.isdisjoint(x.lease for x in first.items)
+    assert redis_client.keys(f"{f.keys.base}:call:*") == [f"{f.keys.base}:call:c2".encode()]
 
 
 def test_expired_leases_go_back_to_the_front(redis_client: redis.Redis) -> None:

@@ -183,16 +183,18 @@ class Frontier:
             keys=[self.keys.base], args=[self.dedup.mode, self.domain_cap, self.domain_budget, n])
         return int(moved), AddResult(added, dups, capped, 0, over, excluded)
 
-    def take(self, n: int, acks: Iterable[str | Ack] = (), call: str = "") -> TakeResult:
+    def take(self, n: int, acks: Iterable[str | Ack] = (), call: str = "", previous: str = "") -> TakeResult:
         """Lease up to ``n`` requests of due domains, acknowledging ``acks``.
 
         ``call`` names this call: sent again with the same name after an
         error, it returns the first call's leases instead of taking more.
+        ``previous`` names the caller's last call whose reply arrived: the
+        copy of that reply kept for a retry is dropped.
         """
         p = self.politeness
         reply = self.scripts.dequeue(
             keys=[self.keys.base],
-            args=[n, self.lease_ms, p.rate, p.burst, int(p.delay * 1000), call, *_ids(acks)],
+            args=[n, self.lease_ms, p.rate, p.burst, int(p.delay * 1000), call, previous, *_ids(acks)],
         )
         items = []
         for i in range(2, len(reply), 2):

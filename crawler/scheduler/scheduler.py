@@ -93,6 +93,7 @@ class FrontierScheduler(RedisScheduler):
         self._next_poll = 0.0
         self._last_take = 0.0
         self._take_call = uuid.uuid4().hex
+        self._took_call = ""
         self._empty_polls = 0
         self._pending_checked = -1.0
         self._pending_cached = True
@@ -287,7 +288,12 @@ class FrontierScheduler(RedisScheduler):
         if now < self._next_drain:
             return
         assert self.frontier is not None
-        moved, result = self.frontier.drain_inbox(self.config.batch)
+        try:
+            moved, result = self.frontier.drain_inbox(self.config.batch)
+        except redis.exceptions.OutOfMemoryError:
+            self._next_drain = now + 1.0  # forwarded links wait in the inbox
+            self._out_of_memory(0)
+            return
         self._next_drain = now if moved >= self.config.batch else now + 1.0
         if moved:
             self._inc("crawler/forward/received", moved)
@@ -485,8 +491,9 @@ class FrontierScheduler(RedisScheduler):
             self.flush_pending()
         self._drain_inbox()
         acks = self.pending_acks
-        result = self.frontier.take(self.config.prefetch, acks, self._take_call)
-        self._take_call = uuid.uuid4().hex  # the next call's name: a retry of this one reuses it
+        result = self.frontier.take(self.config.prefetch, acks, self._take_call, self._took_call)
+        # the next call's name: a retry of this one reuses it; its reply is here
+        self._took_call, self._take_call = self._take_call, uuid.uuid4().hex
         self._last_take = now
         self.pending_acks = []
         self._inc("crawler/frontier/acked", len(acks))

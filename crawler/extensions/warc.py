@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from crawler.middlewares.sizecap import ROBOTS, TRUNCATED
+from crawler.meta import ROBOTS, TRUNCATED
 from crawler.warcfile import Page, WarcWriter
 
 if TYPE_CHECKING:

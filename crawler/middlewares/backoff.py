@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import load_object
 
-from crawler.middlewares.sizecap import ROBOTS
+from crawler.meta import ATTEMPTS, DEAD, DELAY, ROBOTS
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
-from crawler.scheduler.scheduler import DELAY
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -32,8 +31,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ATTEMPTS = "crawler_attempts"
-DEAD = "crawler_dead_lettered"  # already recorded in the dead-letter queue
 PUSH_DOMAIN = (429, 503)
 
 

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 from scrapy.spidermiddlewares.httperror import HttpError
 
-from crawler.middlewares.backoff import DEAD
-from crawler.middlewares.sizecap import ROBOTS
+from crawler.meta import DEAD, ROBOTS
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 
 if TYPE_CHECKING:

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 from scrapy.exceptions import NotConfigured
 
-from crawler.middlewares.sizecap import ROBOTS
+from crawler.meta import DELAY, LOCK, ROBOTS
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.scheduler.config import SettingsError
 from crawler.scheduler.domains import domain_of, host_of
-from crawler.scheduler.scheduler import DELAY, REDIS_ERRORS
+from crawler.scheduler.scheduler import REDIS_ERRORS
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from scrapy.http import Response
     from scrapy.settings import BaseSettings
 
-TOKEN = "crawler_lock"
 _REFRESH = 5.0  # seconds between reads of the live lock-domain set
 
 
@@ -99,7 +98,7 @@ class DomainLockMiddleware:
         if stale:
             self.stats.inc_value("crawler/lock/stale", int(stale))
         if taken:
-            request.meta[TOKEN] = (domain, token)
+            request.meta[LOCK] = (domain, token)
             self.stats.inc_value("crawler/lock/acquired")
             return None
         self.stats.inc_value("crawler/lock/busy")
@@ -109,7 +108,7 @@ class DomainLockMiddleware:
         return again
 
     def release(self, request: Request) -> None:
-        held = request.meta.pop(TOKEN, None)
+        held = request.meta.pop(LOCK, None)
         scheduler = frontier_scheduler(self.crawler)
         if held is None or scheduler is None or scheduler.frontier is None:
             return

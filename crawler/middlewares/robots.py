@@ -30,12 +30,12 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
-from crawler.middlewares.sizecap import ROBOTS, ROBOTS_MAX_BYTES
+from crawler.meta import DELAY, LEASE, ROBOTS
+from crawler.middlewares.sizecap import ROBOTS_MAX_BYTES
 from crawler.middlewares.useragent import product_token, user_agent
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
-from crawler.scheduler.codec import LEASE
 from crawler.scheduler.domains import domain_of
-from crawler.scheduler.scheduler import DELAY, REDIS_ERRORS
+from crawler.scheduler.scheduler import REDIS_ERRORS
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

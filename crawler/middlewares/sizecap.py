@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 
+from crawler.meta import ANY_TYPE, MAX_PAGE_BYTES, NON_HTML, ROBOTS, TRUNCATED
+
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
@@ -23,16 +25,13 @@ if TYPE_CHECKING:
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 ROBOTS_MAX_BYTES = 500 * 1024
-TRUNCATED = "crawler_truncated"
-ROBOTS = "crawler_robots"  # meta flag of robots.txt requests
-NON_HTML = "crawler_non_html"
 
 
 def page_limit(request: Request, default: int) -> int:
     """The bytes of body kept for ``request`` (robots.txt has its own)."""
     if request.meta.get(ROBOTS):
         return ROBOTS_MAX_BYTES
-    return int(request.meta.get("crawler_max_page_bytes", default))
+    return int(request.meta.get(MAX_PAGE_BYTES, default))
 
 
 class SizeCapMiddleware:
@@ -63,7 +62,7 @@ class SizeCapMiddleware:
         return page_limit(request, self.max_bytes)
 
     def headers_received(self, headers: Headers, body_length: int, request: Request, **kwargs: Any) -> None:
-        if not self.html_only or request.meta.get(ROBOTS) or request.meta.get("crawler_any_type"):
+        if not self.html_only or request.meta.get(ROBOTS) or request.meta.get(ANY_TYPE):
             return
         content_type = (headers.get(b"Content-Type") or b"").decode("latin-1").split(";")[0].strip().lower()
         if content_type and content_type not in HTML_TYPES:

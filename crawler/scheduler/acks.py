@@ -17,7 +17,7 @@ from scrapy import Request
 from scrapy.exceptions import NotConfigured
 
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
-from crawler.scheduler.codec import LEASE
+from crawler.meta import LEASE
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

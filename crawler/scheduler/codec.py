@@ -17,8 +17,7 @@ from crawler import serializers
 if TYPE_CHECKING:
     from scrapy import Spider
 
-#: request.meta key holding the frontier lease of a dequeued request
-LEASE = "_frontier_lease"
+from crawler.meta import LEASE  # noqa: F401 - where the scheduler's users found it
 
 
 def encode_url(url: str, depth: int = 0) -> bytes:

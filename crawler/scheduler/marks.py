@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from scrapy import signals
 
-from crawler.scheduler.codec import LEASE
+from crawler.meta import LEASE
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

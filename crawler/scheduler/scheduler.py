@@ -38,6 +38,7 @@ from twisted.internet import task
 
 from crawler.connection import RedisUnavailable, _reason, get_redis, mask_url
 from crawler.deadletters import DeadLetter, DeadLetters
+from crawler.meta import ATTEMPTS, DELAY
 from crawler.scheduler import codec
 from crawler.scheduler.canonical import Canonicalizer
 from crawler.scheduler.config import FrontierSettings, SettingsError, exit_with
@@ -57,9 +58,6 @@ logger = logging.getLogger(__name__)
 _MAX_POLL_WAIT = 1.0  # seconds between dequeue attempts while nothing is due
 _MAX_REDIS_BACKOFF = 5.0  # seconds between reconnect attempts during an outage
 REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
-
-#: request.meta key: seconds the request must wait in the delayed set
-DELAY = "crawler_delay"
 
 
 class FrontierScheduler(RedisScheduler):
@@ -315,7 +313,7 @@ class FrontierScheduler(RedisScheduler):
         """Record a request given up on in the dead-letter queue."""
         assert self.spider is not None and self.frontier is not None
         url = request if isinstance(request, str) else request.url
-        attempts = 1 if isinstance(request, str) else int(request.meta.get("crawler_attempts", 1))
+        attempts = 1 if isinstance(request, str) else int(request.meta.get(ATTEMPTS, 1))
         if isinstance(exception, BaseException):
             exception = type(exception).__name__
         letter = DeadLetter(url, reason, status, exception, attempts,

@@ -1,0 +1,31 @@
+"""Every ``request.meta`` key the crawler sets or reads.
+
+Set by the crawler:
+
+- ``LEASE``: the frontier lease a request covers; acknowledged when the
+  request is done, or it goes back to its queue when the lease expires.
+- ``DELAY``: seconds the request waits in the frontier's delayed set before
+  its next attempt (backoff, domain lock, robots.txt hand-back).
+- ``ATTEMPTS``: attempts made so far (backoff middleware).
+- ``DEAD``: already recorded in the dead-letter queue.
+- ``LOCK``: the domain lock token this request holds.
+- ``ROBOTS``: a robots.txt request of the shared robots middleware.
+- ``TRUNCATED``: the body was cut at the size cap (also on ``response.meta``).
+- ``NON_HTML``: stopped at its headers; the content type it announced.
+
+Set by users, per request:
+
+- ``MAX_PAGE_BYTES``: this request's size cap instead of ``CRAWLER_MAX_PAGE_BYTES``.
+- ``ANY_TYPE``: download whatever the content type (``CRAWLER_HTML_ONLY``).
+"""
+
+LEASE = "_frontier_lease"
+DELAY = "crawler_delay"
+ATTEMPTS = "crawler_attempts"
+DEAD = "crawler_dead_lettered"
+LOCK = "crawler_lock"
+ROBOTS = "crawler_robots"
+TRUNCATED = "crawler_truncated"
+NON_HTML = "crawler_non_html"
+MAX_PAGE_BYTES = "crawler_max_page_bytes"
+ANY_TYPE = "crawler_any_type"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from hashlib import sha256
 
@@ -11,6 +12,8 @@ import redis
 from crawler.scheduler.frontier import Dedup, Frontier, FrontierConfigError, Item, Politeness
 from crawler.scheduler.keys import Keys
 from crawler.scheduler.marks import Ack
+from crawler.scheduler.scripts import Scripts
+from tests.servers import ROOT
 
 
 def item(url: str, domain: str = "a.test", priority: int = 0, dont_filter: bool = False) -> Item:
@@ -279,3 +282,17 @@ def test_keys_share_one_hash_tag() -> None:
     assert keys.dom("x.com").startswith("crawler:{billion:3}:")
     with pytest.raises(ValueError):
         Keys("crawler", "bad{name}", 0)
+
+
+def test_script_errors_name_their_own_file_and_line(redis_client: redis.Redis) -> None:
+    scripts = Scripts(redis_client)
+    lua = ROOT / "lua"
+    cases = ((["x", 1000, 0, 1, 0, "", "", 0], "dequeue.lua", "want"),  # a count that is not a number
+             ([10, 1000, 0, 1, 0, "", "", "y"], "_lib.lua", "for i = 1, n"))  # a list length that is not
+    for args, filename, text in cases:
+        with pytest.raises(redis.ResponseError) as caught:
+            scripts.dequeue(keys=["crawler:{t:0}"], args=args)
+        found = re.search(rf"{re.escape(filename)}:(\d+)", str(caught.value))
+        assert found, str(caught.value)
+        assert text in (lua / filename).read_text().splitlines()[int(found.group(1)) - 1]
+        assert "user_script" not in str(caught.value)

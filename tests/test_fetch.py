@@ -221,3 +221,23 @@ def test_a_crawl_never_reaches_private_addresses_even_through_redirects(
         assert result.stderr.count(f"Refused {host}: it leads to") == 1, result.stderr[-3000:]
     refused = re.search(r"'crawler/refused/private_address': (\d+)", result.stderr)
     assert refused and int(refused.group(1)) >= 3
+
+
+class DropSecond(RawServer):
+    """Answers the first request and keeps the connection; reads the second
+    one and closes without answering, as a server whose keep-alive timed out."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.requests.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        self.requests.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.close()
+
+
+def test_a_failed_kept_alive_connection_is_an_error_never_a_second_send() -> None:
+    server = DropSecond(b"")
+    first, second = run(lambda: server.fetch("/a", "/b"))
+    assert first.body == b"ok"
+    assert isinstance(second, DownloadFailedError) and "closed before the response" in str(second)
+    assert len(server.requests) == 2  # /b reached the server once, and was not sent again

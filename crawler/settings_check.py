@@ -1,5 +1,6 @@
-"""Every CRAWLER_* setting with a form, checked before a crawl starts, so a
-bad value is one error line naming the setting, not a traceback."""
+"""Every setting with a form (``crawler.settings_registry``), checked before a
+crawl starts, so a bad value is one error line naming the setting, not a
+traceback."""
 
 from __future__ import annotations
 
@@ -7,40 +8,10 @@ from scrapy.settings import BaseSettings
 
 from crawler.middlewares.lock import lock_ttl
 from crawler.scheduler.config import FrontierSettings, SettingsError
+from crawler.settings_registry import SETTINGS
 
-# name -> (kind, minimum); kinds: "int", "float", "bool"
-FORMS: dict[str, tuple[str, float]] = {
-    "CRAWLER_MAX_PAGE_BYTES": ("int", 1),
-    "CRAWLER_MAX_ATTEMPTS": ("int", 1),
-    "CRAWLER_BACKOFF_BASE": ("float", 0),
-    "CRAWLER_BACKOFF_MAX": ("float", 0),
-    "CRAWLER_BACKOFF_JITTER": ("float", 0),
-    "CRAWLER_RETRY_AFTER_MAX": ("float", 0),
-    "CRAWLER_DLQ_MAX": ("int", 1),
-    "CRAWLER_ROBOTS_TTL": ("float", 1),
-    "CRAWLER_ROBOTS_ERROR_TTL": ("float", 1),
-    "CRAWLER_ROBOTS_MAX_DELAY": ("float", 0),
-    "CRAWLER_LOCK_WAIT": ("float", 0),
-    "CRAWLER_MAX_DEPTH": ("int", 0),
-    "CRAWLER_MAX_URL_LENGTH": ("int", 1),
-    "CRAWLER_WARC_MAX_BYTES": ("int", 1),
-    "CRAWLER_WARC_LEVEL": ("int", 0),
-    "CRAWLER_WARC_QUEUE": ("int", 0),
-    "CRAWLER_TLS_SESSIONS": ("int", 1),
-    "CRAWLER_MAX_HEADER_BYTES": ("int", 256),
-    "CRAWLER_KEEPALIVE_TIMEOUT": ("float", 0),
-    "CRAWLER_BLOCK_PRIVATE": ("bool", 0),
-    "CRAWLER_PROGRESS_INTERVAL": ("float", 0),
-    "CRAWLER_METRICS_PORT": ("int", 0),
-    "CRAWLER_EMBEDDED_REDIS": ("bool", 0),
-    "CRAWLER_HTML_ONLY": ("bool", 0),
-    "CRAWLER_KEEPALIVE": ("bool", 0),
-    "CRAWLER_FOLLOW_NOFOLLOW": ("bool", 0),
-    "CRAWLER_FORWARD_LINKS": ("bool", 0),
-    "CRAWLER_METRICS_ENABLED": ("bool", 0),
-    "CRAWLER_DEDUP_START_REQUESTS": ("bool", 0),
-    "CRAWLER_REDIS_CLUSTER": ("bool", 0),
-}
+# name -> (kind, minimum), from the registry
+FORMS: dict[str, tuple[str, float]] = {s.name: (s.form, s.minimum) for s in SETTINGS if s.form}
 
 
 def check_settings(settings: BaseSettings) -> None:

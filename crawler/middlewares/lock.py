@@ -25,7 +25,7 @@ from crawler.meta import DELAY, LOCK, ROBOTS
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.scheduler.config import SettingsError
 from crawler.scheduler.domains import domain_of, host_of
-from crawler.scheduler.scheduler import REDIS_ERRORS
+from crawler.scheduler.outage import REDIS_ERRORS
 
 if TYPE_CHECKING:
     from scrapy import Request

@@ -35,7 +35,7 @@ from crawler.middlewares.sizecap import ROBOTS_MAX_BYTES
 from crawler.middlewares.useragent import product_token, user_agent
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.scheduler.domains import domain_of
-from crawler.scheduler.scheduler import REDIS_ERRORS
+from crawler.scheduler.outage import REDIS_ERRORS
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

@@ -27,16 +27,15 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import redis
-from scrapy.settings import Settings
 from scrapy.utils.python import global_object_name
 from scrapy_redis.scheduler import Scheduler as RedisScheduler
 from twisted.internet import task
 
-from crawler.connection import RedisUnavailable, _reason, get_redis, mask_url
+from crawler.connection import RedisUnavailable, _reason, get_redis
 from crawler.deadletters import DeadLetter, DeadLetters
 from crawler.meta import ATTEMPTS, DELAY
 from crawler.scheduler import codec
@@ -44,9 +43,11 @@ from crawler.scheduler.canonical import Canonicalizer
 from crawler.scheduler.config import FrontierSettings, SettingsError, exit_with
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
-from crawler.scheduler.frontier import AddResult, Dedup, Frontier, Item, Leased, stored_dedup
+from crawler.scheduler.frontier import AddResult, Frontier, Item, Leased
 from crawler.scheduler.keys import Keys
+from crawler.scheduler.forwarding import Outbox
 from crawler.scheduler.marks import Ack, Marks
+from crawler.scheduler.outage import REDIS_ERRORS, RedisGuard
 from crawler.sharding import shard_of
 
 if TYPE_CHECKING:
@@ -56,8 +57,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _MAX_POLL_WAIT = 1.0  # seconds between dequeue attempts while nothing is due
-_MAX_REDIS_BACKOFF = 5.0  # seconds between reconnect attempts during an outage
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
 
 
 class FrontierScheduler(RedisScheduler):
@@ -84,8 +83,7 @@ class FrontierScheduler(RedisScheduler):
         self.marks = Marks(crawler, self.config.delay_from)
         self._ack_call: Any = None
         self.shards = 1
-        self.outbox: dict[int, list[bytes]] = {}  # other shard -> forwarded records
-        self._shard_links: dict[int, tuple[redis.Redis, Keys, Dedup]] = {}
+        self.outbox: Outbox | None = None  # links of other shards' domains (opened with the frontier)
         self._next_drain = 0.0
         self.inflight: dict[str, Request] = {}  # lease -> the request it covers
         self._next_poll = 0.0
@@ -98,10 +96,7 @@ class FrontierScheduler(RedisScheduler):
         self._idle_since: float | None = None
         self._flusher: task.LoopingCall | None = None
         self._wakeup: Any = None
-        self._url = crawler.settings.get("REDIS_URL") or ""
-        self._down_since: float | None = None
-        self._down_attempts = 0
-        self._retry_at = 0.0
+        self.guard = RedisGuard(crawler.settings.get("REDIS_URL") or "", self.stats, self._wake_engine_in)
         self._oom_dropped = 0
         self._oom_logged = -1e9
 
@@ -122,6 +117,7 @@ class FrontierScheduler(RedisScheduler):
         shard = int(getattr(spider, "shard", self.config.shard))
         keys = Keys(self.config.prefix, spider.name, shard)
         self.shards = int(getattr(spider, "shards", 1))
+        self.outbox = Outbox(self.crawler.settings, self.server, self.config, spider.name, self.stats)
         self.frontier = Frontier(
             self.server, keys,
             dedup=self.config.dedup,
@@ -215,7 +211,7 @@ class FrontierScheduler(RedisScheduler):
                 self._acked(ack)
         self._inc("scheduler/enqueued/redis")
         if len(self.pending) >= self.config.batch:
-            self._guarded(self.flush_pending)
+            self.guard.call(self.flush_pending)
         return True
 
     def add_urls(self, urls: Iterable[str], *, depth: int = 0, priority: int = 0,
@@ -244,42 +240,14 @@ class FrontierScheduler(RedisScheduler):
             if target == own:
                 self.pending.append(item)
             elif self.config.forward:
-                self.outbox.setdefault(target, []).append(self._forward_record(target, item))
+                self.outbox.add(target, item)
             else:
                 self._inc("crawler/forward/dropped")
                 continue
             offered += 1
-        if len(self.pending) + sum(map(len, self.outbox.values())) >= self.config.batch:
-            self._guarded(self.flush_pending)
+        if len(self.pending) + len(self.outbox) >= self.config.batch:
+            self.guard.call(self.flush_pending)
         return offered
-
-    def _shard_link(self, shard: int) -> tuple[redis.Redis, Keys, Dedup]:
-        """Client, keys and dedup layout of another shard's frontier."""
-        link = self._shard_links.get(shard)
-        if link is None:
-            assert self.frontier is not None
-            url = self.config.shard_urls.get(shard)
-            client = self.server
-            if url and url != self.crawler.settings.get("REDIS_URL"):
-                settings = Settings(self.crawler.settings.copy_to_dict())
-                settings.set("REDIS_URL", url, priority="cmdline")
-                client = get_redis(settings)
-            keys = Keys(self.config.prefix, self.frontier.keys.spider, shard)
-            # when that frontier exists, its layout wins
-            link = self._shard_links[shard] = (client, keys, stored_dedup(client, keys, self.config.dedup))
-        return link
-
-    def _forward_record(self, shard: int, item: Item) -> bytes:
-        a, b = self._shard_link(shard)[2].args(item.digest)
-        return b"%d\n%d\n%s\n%d\n%s" % (a, b, item.domain.encode(), item.priority, item.entry)
-
-    def _flush_outbox(self) -> None:
-        for shard in list(self.outbox):
-            client, keys, _ = self._shard_link(shard)
-            records = self.outbox[shard]
-            client.rpush(keys.key("inbox"), *records)
-            del self.outbox[shard]  # only once stored: a failed call loses nothing
-            self._inc("crawler/forward/sent", len(records))
 
     def _drain_inbox(self) -> None:
         now = time.monotonic()
@@ -304,7 +272,7 @@ class FrontierScheduler(RedisScheduler):
             self.frontier.push_domain(domain_of(url), seconds)
         except redis.RedisError as exc:
             if isinstance(exc, REDIS_ERRORS):
-                self._redis_failed(exc)
+                self.guard.failed(exc)
             return
         self._inc("crawler/frontier/domain_pushbacks")
 
@@ -322,7 +290,7 @@ class FrontierScheduler(RedisScheduler):
             self.dead_letters.add([letter])
         except redis.RedisError as exc:
             if isinstance(exc, REDIS_ERRORS):
-                self._redis_failed(exc)
+                self.guard.failed(exc)
             logger.warning("Dead letter not recorded, Redis unreachable: %s", letter.to_json())
             self._inc("crawler/dlq/unrecorded")
             return
@@ -358,16 +326,16 @@ class FrontierScheduler(RedisScheduler):
         if not (self.pending_acks or self.pending_delays) or self.frontier is None:
             return
         if self.pending_delays:
-            self._guarded(self.flush_pending)
+            self.guard.call(self.flush_pending)
         if not self.pending_acks:
             return
         if not self.buffer:
             self._next_poll = 0.0
-            self._guarded(self._take)  # the acknowledgements ride with a dequeue
+            self.guard.call(self._take)  # the acknowledgements ride with a dequeue
             if self.buffer:
                 self._wake_engine_in(0.0)
             return
-        self._guarded(self._send_acks_alone)
+        self.guard.call(self._send_acks_alone)
 
     def _send_acks_alone(self) -> None:
         """Pending acknowledgements in a round trip of their own; kept when it fails."""
@@ -382,7 +350,7 @@ class FrontierScheduler(RedisScheduler):
 
     def _tick(self) -> None:
         self._sweep_finished()
-        self._guarded(self.flush_pending)
+        self.guard.call(self.flush_pending)
 
     def _sweep_finished(self) -> None:
         """Acknowledge leased requests the engine is done with.
@@ -418,7 +386,7 @@ class FrontierScheduler(RedisScheduler):
         """
         assert self.frontier is not None
         if self.outbox:
-            self._flush_outbox()  # before the acks below: a page is done once its links are stored
+            self.outbox.flush()  # before the acks below: a page is done once its links are stored
         if self.pending_delays:
             delays = self.pending_delays
             leases = [ack for _, _, ack in delays if ack is not None]
@@ -480,7 +448,7 @@ class FrontierScheduler(RedisScheduler):
         if now < self._next_poll:
             self._wake_engine_in(self._next_poll - now)
             return
-        self._guarded(self._take)
+        self.guard.call(self._take)
 
     def _take(self) -> None:
         now = time.monotonic()
@@ -532,42 +500,7 @@ class FrontierScheduler(RedisScheduler):
         if slot is not None:
             slot.nextcall.schedule()
 
-    # --- Redis outages ----------------------------------------------------
-
-    def _guarded(self, call: Callable[[], None]) -> None:
-        """``call()``, unless Redis is away and the next attempt is not due;
-        an outage is noted (once) instead of raised."""
-        if not self._redis_ok():
-            return
-        try:
-            call()
-        except REDIS_ERRORS as exc:
-            self._redis_failed(exc)
-        else:
-            self._redis_back()
-
-    def _redis_ok(self) -> bool:
-        """False while Redis is away and the next attempt is not due yet."""
-        return self._down_since is None or time.monotonic() >= self._retry_at
-
-    def _redis_failed(self, exc: Exception) -> None:
-        now = time.monotonic()
-        if self._down_since is None:
-            self._down_since = now
-            self._down_attempts = 0
-            logger.error("Redis at %s is unreachable (%s): crawl paused, nothing is lost; "
-                         "reconnecting with backoff", mask_url(self._url), _reason(exc))
-            self._inc("crawler/redis/outages")
-        self._down_attempts += 1
-        self._inc("crawler/redis/reconnect_attempts")
-        self._retry_at = now + min(_MAX_REDIS_BACKOFF, 0.25 * 2 ** min(self._down_attempts, 8))
-        self._wake_engine_in(self._retry_at - now)
-
-    def _redis_back(self) -> None:
-        if self._down_since is not None:
-            logger.warning("Redis at %s is back after %.1fs: crawl resumed",
-                           mask_url(self._url), time.monotonic() - self._down_since)
-            self._down_since = None
+    # --- a full Redis ------------------------------------------------------
 
     def _out_of_memory(self, dropped: int) -> None:
         self._oom_dropped += dropped
@@ -588,7 +521,7 @@ class FrontierScheduler(RedisScheduler):
     def has_pending_requests(self) -> bool:
         if self.buffer or self.pending or self.pending_delays or self.outbox or self.pending_acks:
             return True
-        if self._down_since is not None:
+        if self.guard.down:
             return True  # Redis away: never an idle close because of that
         now = time.monotonic()
         if now - self._pending_checked < 0.25:
@@ -598,9 +531,9 @@ class FrontierScheduler(RedisScheduler):
         try:
             pending = self.frontier.pending()
         except REDIS_ERRORS as exc:
-            self._redis_failed(exc)
+            self.guard.failed(exc)
             return True
-        self._redis_back()
+        self.guard.back()
         if pending > 0:
             self._idle_since = None
             self._pending_cached = True
@@ -611,7 +544,7 @@ class FrontierScheduler(RedisScheduler):
         return self._pending_cached
 
     def __len__(self) -> int:
-        if self.frontier is None or self._down_since is not None:
+        if self.frontier is None or self.guard.down:
             return len(self.buffer)
         try:
             queued = self.server.hget(self.frontier.keys.stats, "queued")

@@ -1,0 +1,72 @@
+"""Links of other shards' domains, on their way to those shards' inboxes.
+
+A shard owns the domains :func:`crawler.sharding.shard_of` gives it. Links
+to another shard's domains are buffered here per shard and pushed to that
+frontier's ``inbox`` list (on its own Redis when ``CRAWLER_SHARD_REDIS_URLS``
+names one), where ``drain_inbox.lua`` (:meth:`Frontier.drain_inbox`) moves
+them into the queues with the same dedup as ``enqueue.lua``. A record is
+``"<a>\\n<b>\\n<domain>\\n<priority>\\n<entry>"``: ``a``, ``b`` are the
+dedup arguments of the *receiving* frontier's layout, read from its meta.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy.settings import BaseSettings, Settings
+
+from crawler.connection import get_redis
+from crawler.scheduler.frontier import stored_dedup
+from crawler.scheduler.keys import Keys
+
+if TYPE_CHECKING:
+    import redis
+    from scrapy.statscollectors import StatsCollector
+
+    from crawler.scheduler.config import FrontierSettings
+    from crawler.scheduler.frontier import Dedup, Item
+
+
+class Outbox:
+    def __init__(self, settings: BaseSettings, server: redis.Redis, config: FrontierSettings, spider: str,
+                 stats: StatsCollector | None) -> None:
+        self.settings = settings
+        self.server = server
+        self.config = config
+        self.spider = spider
+        self.stats = stats
+        self.records: dict[int, list[bytes]] = {}  # other shard -> records not stored yet
+        self.links: dict[int, tuple[redis.Redis, Keys, Dedup]] = {}
+
+    def __len__(self) -> int:
+        return sum(map(len, self.records.values()))
+
+    def add(self, shard: int, item: Item) -> None:
+        a, b = self._link(shard)[2].args(item.digest)
+        record = b"%d\n%d\n%s\n%d\n%s" % (a, b, item.domain.encode(), item.priority, item.entry)
+        self.records.setdefault(shard, []).append(record)
+
+    def flush(self) -> None:
+        """Push every shard's records to its inbox; a failed call loses nothing."""
+        for shard in list(self.records):
+            client, keys, _ = self._link(shard)
+            records = self.records[shard]
+            client.rpush(keys.key("inbox"), *records)
+            del self.records[shard]  # only once stored
+            if self.stats is not None:
+                self.stats.inc_value("crawler/forward/sent", len(records))
+
+    def _link(self, shard: int) -> tuple[redis.Redis, Keys, Dedup]:
+        """Client, keys and dedup layout of another shard's frontier."""
+        link = self.links.get(shard)
+        if link is None:
+            url = self.config.shard_urls.get(shard)
+            client = self.server
+            if url and url != self.settings.get("REDIS_URL"):
+                settings = Settings(self.settings.copy_to_dict())
+                settings.set("REDIS_URL", url, priority="cmdline")
+                client = get_redis(settings)
+            keys = Keys(self.config.prefix, self.spider, shard)
+            # when that frontier exists, its layout wins
+            link = self.links[shard] = (client, keys, stored_dedup(client, keys, self.config.dedup))
+        return link

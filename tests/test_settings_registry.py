@@ -27,7 +27,7 @@ def test_defaults_in_the_code_agree_with_the_registry() -> None:
                 value = ast.literal_eval(literal)
             except (ValueError, SyntaxError):
                 continue  # computed: documented by its ``shown`` text
-            assert name in BY_NAME, f"{path.name}: {name} is not in crawler/settings_registry.py"
+            assert name in BY_NAME, f"{path.name}: {name} is not in crawler/settings_registry.toml"
             assert value == BY_NAME[name].default, f"{path.name}: {name} defaults to {value!r} there"
             seen += 1
     assert seen > 40  # the pattern still finds the reads

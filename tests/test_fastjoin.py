@@ -37,13 +37,13 @@ def agrees(base: str, href: str) -> None:
     assert got == join_url(base, href).split("#", 1)[0], (base, href)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(BASES), hrefs)
 def test_relative_hrefs_join_as_ada_does(base: str, href: str) -> None:
     agrees(base, href)
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=600, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(["http://", "https://"]), hosts, st.sampled_from(["", "/"]), paths)
 def test_absolute_hrefs_join_as_ada_does(scheme: str, host: str, slash: str, path: str) -> None:
     agrees("https://x.com/d/e", scheme + host + slash + path)

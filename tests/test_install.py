@@ -1,6 +1,7 @@
 """The README's install line, in a fresh virtualenv, then scrapy-redis's
-example spiders (RedisSpider, RedisCrawlSpider, RedisPipeline) in a fresh
-`scrapy startproject`, switched to the addon: one Redis, two processes."""
+example crawl spider (a RedisCrawlSpider: a RedisSpider with rules) and
+RedisPipeline in a fresh `scrapy startproject`, switched to the addon: one
+Redis, two processes."""
 
 from __future__ import annotations
 
@@ -33,17 +34,7 @@ ROBOTSTXT_OBEY = True
 SPIDERS = '''
 from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import Rule
-from scrapy_redis.spiders import RedisCrawlSpider, RedisSpider
-
-
-class PageSpider(RedisSpider):
-    """Pages whose URLs are pushed to myspider:start_urls."""
-
-    name = "myspider_redis"
-    redis_key = "myspider:start_urls"
-
-    def parse(self, response):
-        return {"title": response.css("title::text").get(), "url": response.url}
+from scrapy_redis.spiders import RedisCrawlSpider
 
 
 class SiteSpider(RedisCrawlSpider):
@@ -80,7 +71,7 @@ def test_install_line_then_scrapy_redis_examples_on_the_addon(redis_url: str, ma
     env.update(REDIS_URL=redis_url, CRAWLER_CONTACT="ops@example.org")  # REDIS_URL only in the environment
 
     def crawl(spider: str, processes: int) -> list[str]:
-        procs = [subprocess.Popen([scrapy, "crawl", spider, "-s", "MAX_IDLE_TIME_BEFORE_CLOSE=3"], cwd=project,
+        procs = [subprocess.Popen([scrapy, "crawl", spider, "-s", "MAX_IDLE_TIME_BEFORE_CLOSE=2"], cwd=project,
                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(processes)]
         errs = []
@@ -103,10 +94,5 @@ def test_install_line_then_scrapy_redis_examples_on_the_addon(redis_url: str, ma
     items = [json.loads(i) for i in client.lrange("mycrawler_redis:items", 0, -1)]
     assert sorted(i["url"] for i in items) == sorted({i["url"] for i in items})  # no item twice
     assert len(items) == len(pages) - 3  # every page but the three start pages, which the rules do not call back
-    assert all(re.search(r"'item_scraped_count': \d+", e) for e in errs)
-
-    urls = [web.url(0, "/p/3.html"), web.url(1, "/p/4.html")]
-    client.rpush("myspider:start_urls", *urls)
-    crawl("myspider_redis", 1)
-    items = [json.loads(i) for i in client.lrange("myspider_redis:items", 0, -1)]
-    assert sorted(i["url"] for i in items) == sorted(urls)
+    scraped = [re.search(r"'item_scraped_count': (\d+)", e) for e in errs]  # absent when 0
+    assert sum(int(m.group(1)) for m in scraped if m) == len(items)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
-
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from scrapy.settings import BaseSettings
 

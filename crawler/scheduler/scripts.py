@@ -29,43 +29,41 @@ def _read(filename: str) -> str:
 
 
 @cache
-def source(name: str, flags: bool = True) -> str:
-    """``_lib.lua`` followed by ``<name>.lua`` (whose ``#!lua`` line, if any,
-    goes first; without ``flags``, for Redis before 7.0, it is left out)."""
-    return "".join(_parts(name, flags))
-
-
-def _parts(name: str, flags: bool) -> tuple[str, str, str]:
+def _parts(name: str, flags: bool) -> tuple[str, str, str, int]:
+    """What is sent for ``<name>.lua``: its ``#!lua`` line if any (flags must
+    open the script; without ``flags``, for Redis before 7.0, it is left
+    out), ``_lib.lua``, then the rest of the file; and how many lines of the
+    file went ahead of that rest (0 or 1)."""
     body = _read(f"{name}.lua")
-    shebang = ""
-    if body.startswith("#!lua"):  # flags must open the script, before the library
+    shebang, taken = "", 0
+    if body.startswith("#!lua"):
         shebang, _, body = body.partition("\n")
-        shebang += "\n"
-    return (shebang if flags else ""), _read("_lib.lua") + "\n", body
-
-
-def where(name: str, flags: bool, line: int) -> str:
-    """``file.lua:line`` of line ``line`` of the script as sent."""
-    shebang, lib, _ = _parts(name, flags)
-    before = shebang.count("\n") + lib.count("\n")  # lines sent ahead of the script's own
-    if line > before:
-        return f"{name}.lua:{line - before + (1 if _read(f'{name}.lua').startswith('#!lua') else 0)}"
-    return f"_lib.lua:{line - shebang.count(chr(10))}"
+        shebang, taken = shebang + "\n", 1
+    return (shebang if flags else ""), _read("_lib.lua") + "\n", body, taken
 
 
 class LuaScript:
     """A registered script whose errors name its own file and line."""
 
     def __init__(self, client: redis.Redis, name: str, flags: bool) -> None:
+        shebang, lib, body, taken = _parts(name, flags)
         self.name = name
-        self.flags = flags
-        self.script = client.register_script(source(name, flags))
+        self.script = client.register_script(shebang + lib + body)
+        self.lib_from = shebang.count("\n")  # lines sent ahead of _lib.lua
+        self.body_from = self.lib_from + lib.count("\n")  # ... and ahead of the file's own lines
+        self.taken = taken
+
+    def where(self, line: int) -> str:
+        """``file.lua:line`` of line ``line`` of the script as sent."""
+        if line > self.body_from:
+            return f"{self.name}.lua:{line - self.body_from + self.taken}"
+        return f"_lib.lua:{line - self.lib_from}"
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:
         try:
             return self.script(keys=keys, args=args, client=client)
         except redis.ResponseError as exc:
-            message = _LINE.sub(lambda m: where(self.name, self.flags, int(m.group(1))), str(exc))
+            message = _LINE.sub(lambda m: self.where(int(m.group(1))), str(exc))
             if message == str(exc):
                 raise
             raise type(exc)(message) from exc

@@ -10,7 +10,6 @@ setting, a component's order, ``None`` to disable one) still wins.
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
@@ -33,6 +32,7 @@ from crawler.scheduler.acks import FrontierAckDownloaderMiddleware, FrontierAckS
 from crawler.scheduler.fingerprint import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
 from crawler.fetch import DownloadHandler
+from crawler.connection import RedisUnavailable, configured_url
 from crawler.scheduler.config import SettingsError, exit_with
 from crawler.settings_check import check_settings
 
@@ -68,12 +68,16 @@ class Addon:
     @classmethod
     def update_pre_crawler_settings(cls, settings: BaseSettings) -> None:
         """One Redis for everything: scrapy-redis's spiders and pipeline read
-        ``REDIS_URL`` from the settings, as the frontier does. Settled before
-        the spider is built, since a ``RedisSpider`` connects in its
-        ``from_crawler``."""
+        ``REDIS_URL`` from the settings, as the frontier does (made from
+        ``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB`` when only those are set).
+        Settled before the spider is built, since a ``RedisSpider`` connects
+        in its ``from_crawler``."""
         if settings.get("REDIS_URL"):
             return
-        url = os.environ.get("REDIS_URL", "")
+        try:
+            url = configured_url(settings)
+        except RedisUnavailable as exc:
+            exit_with(exc)
         if not url and settings.getbool("CRAWLER_EMBEDDED_REDIS", True):
             from crawler.embedded import EmbeddedRedis
 

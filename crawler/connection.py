@@ -1,9 +1,11 @@
 """Settings to Redis client, in one place.
 
 ``REDIS_URL`` (setting, else environment variable) accepts ``redis://``,
-``rediss://`` (TLS) and ``unix://`` URLs as redis-py does. When it is unset,
-the embedded Redis of this project is started (or reused) and used instead,
-unless ``CRAWLER_EMBEDDED_REDIS`` is false.
+``rediss://`` (TLS) and ``unix://`` URLs as redis-py does. Without it,
+scrapy-redis's ``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB`` settings name the
+server, as in scrapy-redis. When none is set, the embedded Redis of this
+project is started (or reused) and used instead, unless
+``CRAWLER_EMBEDDED_REDIS`` is false.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from redis.retry import Retry
 from redis.exceptions import RedisClusterException
 from scrapy.settings import BaseSettings
 
-__all__ = ["RedisUnavailable", "get_redis", "mask_url", "redis_url"]
+__all__ = ["RedisUnavailable", "configured_url", "get_redis", "mask_url", "redis_url"]
 
 
 class RedisUnavailable(RuntimeError):
@@ -42,9 +44,24 @@ def mask_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+def configured_url(settings: BaseSettings) -> str:
+    """The Redis the settings or the environment name ("" if none): ``REDIS_URL``,
+    else scrapy-redis's ``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB``."""
+    url = str(settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or "")
+    if url or not (settings.get("REDIS_HOST") or settings.get("REDIS_PORT")):
+        return url
+    host = str(settings.get("REDIS_HOST") or "localhost")
+    try:
+        port, db = int(settings.get("REDIS_PORT") or 6379), int(settings.get("REDIS_DB") or 0)
+    except (TypeError, ValueError):
+        raise RedisUnavailable(f"REDIS_PORT and REDIS_DB must be integers, got "
+                               f"{settings.get('REDIS_PORT')!r} and {settings.get('REDIS_DB')!r}") from None
+    return f"redis://{f'[{host}]' if ':' in host else host}:{port}/{db}"
+
+
 def redis_url(settings: BaseSettings) -> str:
     """The URL to connect to, starting the embedded Redis if needed."""
-    url = str(settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or "")
+    url = configured_url(settings)
     embedded_on = settings.getbool("CRAWLER_EMBEDDED_REDIS", True)
     if url:
         if embedded_on and url.startswith("unix://"):

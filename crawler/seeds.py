@@ -10,7 +10,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ada_url import normalize_url
+from scrapy.settings import BaseSettings
 
+from crawler.connection import get_redis
 from crawler.scheduler.canonical import canonicalize
 
 
@@ -71,3 +73,11 @@ def parse_seeds(lines: Iterable[str]) -> tuple[list[Seed], list[SeedError]]:
         except ValueError as exc:
             errors.append(SeedError(number, text, str(exc) or "invalid"))
     return seeds, errors
+
+
+def redis_seed_lines(settings: BaseSettings, key: str) -> list[str]:
+    """Seed lines from a Redis list or set, as a scrapy-redis spider's
+    ``redis_key`` holds them; on the crawl's Redis (``REDIS_URL``)."""
+    client = get_redis(settings)
+    members = client.smembers(key) if client.type(key) == b"set" else client.lrange(key, 0, -1)
+    return [m.decode("utf-8", "replace") for m in members]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+import redis
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 from scrapy_redis.connection import get_redis_from_settings
@@ -39,6 +40,17 @@ def test_one_redis_for_the_frontier_and_scrapy_redis(redis_url: str, monkeypatch
     assert settings["REDIS_URL"] == redis_url
     get_redis(settings).set("probe", "frontier")
     assert get_redis_from_settings(settings).get("probe") == b"frontier"
+
+
+def test_scrapy_redis_host_and_port_name_the_one_redis(redis_server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    settings = project(REDIS_HOST="127.0.0.1", REDIS_PORT=redis_server.port, REDIS_DB=3)
+    assert settings["REDIS_URL"] == f"redis://127.0.0.1:{redis_server.port}/3"  # not the embedded Redis
+    get_redis(settings).set("probe", "frontier")
+    assert get_redis_from_settings(settings).get("probe") == b"frontier"
+    assert redis.Redis(port=redis_server.port, db=3).get("probe") == b"frontier"
+    with pytest.raises(SystemExit):  # one line on stderr, exit code 1
+        project(REDIS_HOST="127.0.0.1", REDIS_PORT="sixty")
 
 
 def test_embedded_redis_is_scrapy_redis_s_too(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:

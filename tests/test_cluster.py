@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from hashlib import sha256
-from pathlib import Path
 
 import pytest
 from redis.cluster import RedisCluster, key_slot

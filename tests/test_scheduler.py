@@ -4,7 +4,6 @@ test web's request log and from Redis."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-import redis
 from scrapy.exceptions import UsageError
 from scrapy.settings import BaseSettings
 
 from crawler.connection import RedisUnavailable, get_redis, mask_url, redis_url
 from crawler.scheduler.config import FrontierSettings, SettingsError
+from crawler.scheduler.frontier import Frontier
 from crawler.scheduler.keys import Keys
 
 
@@ -18,9 +18,9 @@ def add_frontier_options(parser: argparse.ArgumentParser) -> None:
 
 
 def open_frontier(settings: BaseSettings, spider: str, shard: int | None,
-                  *, any_shard: bool = False) -> tuple[redis.Redis, Keys]:
-    """The client and keys of an existing frontier; UsageError if there is none.
-    With ``any_shard``, any shard of the spider will do."""
+                  *, any_shard: bool = False) -> Frontier:
+    """An existing frontier, bare (no settings applied); UsageError if there
+    is none. With ``any_shard``, any shard of the spider will do."""
     try:
         config = FrontierSettings.from_settings(settings)
         client = get_redis(settings)
@@ -28,15 +28,14 @@ def open_frontier(settings: BaseSettings, spider: str, shard: int | None,
         raise UsageError(str(exc), print_help=False) from None
     if shard is not None and shard < 0:
         raise UsageError(f"--shard must be >= 0, got {shard}", print_help=False)
-    keys = Keys(config.prefix, spider, config.shard if shard is None else shard)
+    frontier = Frontier(client, Keys(config.prefix, spider, config.shard if shard is None else shard))
     if any_shard:
-        pattern = f"{config.prefix}:{{{spider}:*}}:meta"
-        if next(iter(client.scan_iter(match=pattern, count=1000)), None) is not None:
-            return client, keys
+        if frontier.shards():
+            return frontier
         raise UsageError(f"no frontier of spider {spider!r} in Redis at {mask_url(redis_url(settings))} "
                          "(unknown spider?)", print_help=False)
-    if not client.exists(keys.meta):
+    if not frontier.exists():
         raise UsageError(
-            f"no frontier {keys.base} in Redis at {mask_url(redis_url(settings))} "
+            f"no frontier {frontier.keys.base} in Redis at {mask_url(redis_url(settings))} "
             "(unknown spider or shard?)", print_help=False)
-    return client, keys
+    return frontier

@@ -6,21 +6,19 @@ import argparse
 import json
 import time
 from dataclasses import asdict
-from typing import Any
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
 from crawler.commands._frontier import add_frontier_options, open_frontier
-from crawler.deadletters import DeadLetters
+from crawler.scheduler.deadletters import DeadLetters
 from crawler.scheduler import codec
 from crawler.scheduler.canonical import canonicalize
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
 from crawler.scheduler.config import FrontierSettings
 from crawler.scheduler.frontier import Frontier, Item, stored_dedup
-from crawler.scheduler.keys import Keys
 
 
 class Command(ScrapyCommand):
@@ -52,8 +50,8 @@ class Command(ScrapyCommand):
         if opts.limit < 0:
             raise UsageError(f"--limit must be >= 0, got {opts.limit}", print_help=False)
         assert self.settings is not None
-        client, keys = open_frontier(self.settings, args[0], opts.shard)
-        letters = DeadLetters(client, keys)
+        found = open_frontier(self.settings, args[0], opts.shard)
+        letters = DeadLetters(found.client, found.keys)
         if opts.counts:
             counts = letters.counts()
             if opts.json:
@@ -69,7 +67,7 @@ class Command(ScrapyCommand):
             print(json.dumps({"purged": removed}) if opts.json else f"purged {removed} dead letters")
             return
         if opts.requeue:
-            frontier = self._frontier(client, keys, args[0])
+            frontier = self._frontier(found, args[0])
             items = []
             for _, letter in selected:
                 url = canonicalize(letter.url)
@@ -99,7 +97,7 @@ class Command(ScrapyCommand):
         if len(shown) < len(selected):
             print(f"... {len(selected) - len(shown)} more (--limit 0 lists all)")
 
-    def _frontier(self, client: Any, keys: Keys, spider: str) -> Frontier:
+    def _frontier(self, found: Frontier, spider: str) -> Frontier:
         """The frontier as the crawl has it: the spider's own settings (its
         queue cap and budget) over the project's, the stored dedup layout."""
         assert self.settings is not None
@@ -111,5 +109,5 @@ class Command(ScrapyCommand):
         else:
             settings.setdict(spidercls.custom_settings or {}, priority="spider")
         config = FrontierSettings.from_settings(settings)
-        return Frontier(client, keys, dedup=stored_dedup(client, keys, config.dedup),
+        return Frontier(found.client, found.keys, dedup=stored_dedup(found.client, found.keys, config.dedup),
                         domain_cap=config.domain_cap, domain_budget=config.domain_budget)

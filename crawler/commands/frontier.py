@@ -9,52 +9,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import sys
 import time
 from typing import Any
 
-import redis
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from crawler.commands._frontier import add_frontier_options, open_frontier
-from crawler.deadletters import DeadLetters
+from crawler.scheduler.deadletters import DeadLetters
 from crawler.scheduler.frontier import Frontier
 from crawler.scheduler.keys import Keys
 
 
-def shards_of(client: redis.Redis, prefix: str, spider: str) -> list[int]:
-    shards = set()
-    pattern = f"{prefix}:{{{spider}:*}}:meta"
-    for key in client.scan_iter(match=pattern, count=1000):
-        found = re.search(rb":(\d+)\}:meta$", key)
-        if found:
-            shards.add(int(found.group(1)))
-    return sorted(shards)
-
-
-def bloom_error_rate(client: redis.Redis, keys: Keys) -> float | None:
-    meta = {k.decode(): v.decode() for k, v in client.hgetall(keys.bloom).items()}
-    if not meta:
-        return None
-    log_none_false = 0.0  # log of the chance that no filter answers "seen" wrongly
-    for i in range(int(meta.get("count", 0))):
-        m, k, n = float(meta[f"m{i}"]), float(meta[f"k{i}"]), float(meta[f"n{i}"])
-        log_none_false += math.log1p(-((-math.expm1(-k * n / m)) ** k))
-    return -math.expm1(log_none_false)
-
-
-def report(client: redis.Redis, keys: Keys) -> dict[str, Any]:
-    frontier = Frontier(client, keys)
+def report(frontier: Frontier) -> dict[str, Any]:
+    keys = frontier.keys
     status = frontier.status()
     counters = status.pop("counters")
     # how long the most overdue domain has been due: its next-due time is in the past
     next_due = status["next_due_ms"]
     lag = max(0.0, -next_due / 1000) if next_due is not None else 0.0
-    mode = (client.hget(keys.meta, "dedup") or b"exact").decode()
-    memory = client.info("memory")
+    mode = frontier.dedup_mode()
+    memory = frontier.client.info("memory")
     attempts = counters.get("attempts", 0)
     return {
         "spider": keys.spider,
@@ -67,13 +43,13 @@ def report(client: redis.Redis, keys: Keys) -> dict[str, Any]:
         "leases": status["leases"],
         "leases_expired": status["leases_expired"],
         "delayed": status["delayed"],
-        "inbox": client.llen(keys.key("inbox")),
-        "dead_letters": dict(DeadLetters(client, keys).counts()),
+        "inbox": frontier.inbox_length(),
+        "dead_letters": dict(DeadLetters(frontier.client, keys).counts()),
         "denials_share": round(counters.get("denials", 0) / attempts, 4) if attempts else 0.0,
         "stale_locks": counters.get("stale_locks", 0),
         "dedup": mode,
         "seen": counters.get("enqueued", 0),
-        "bloom_error_rate": bloom_error_rate(client, keys) if mode == "bloom" else None,
+        "bloom_error_rate": frontier.bloom_error_rate() if mode == "bloom" else None,
         "capped": counters.get("capped", 0),
         "redis_used_memory": memory["used_memory"],
         "redis_maxmemory": memory.get("maxmemory", 0),
@@ -126,14 +102,11 @@ class Command(ScrapyCommand):
         if opts.watch < 0:
             raise UsageError(f"--watch must be > 0, got {opts.watch:g}", print_help=False)
         assert self.settings is not None
-        if opts.shard is None:
-            client, keys = open_frontier(self.settings, args[0], None, any_shard=True)
-            shards = shards_of(client, keys.prefix, args[0])
-        else:
-            client, keys = open_frontier(self.settings, args[0], opts.shard)
-            shards = [opts.shard]
+        found = open_frontier(self.settings, args[0], opts.shard, any_shard=opts.shard is None)
+        shards = found.shards() if opts.shard is None else [opts.shard]
+        frontiers = [Frontier(found.client, Keys(found.keys.prefix, args[0], s)) for s in shards]
         while True:
-            reports = [report(client, Keys(keys.prefix, args[0], s)) for s in shards]
+            reports = [report(f) for f in frontiers]
             if opts.json:
                 print(json.dumps(reports if opts.shard is None else reports[0]), flush=True)
             else:

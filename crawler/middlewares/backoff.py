@@ -105,12 +105,12 @@ class BackoffMiddleware:
             self.stats.inc_value("crawler/backoff/exhausted")
             logger.info("Gave up on %s after %d attempts (%s)", request, attempts, reason)
             if scheduler is not None:
-                scheduler.dead_letter(request, "retries_exhausted", status=status, exception=exception)
+                scheduler.reports.dead_letter(request, "retries_exhausted", status=status, exception=exception)
             request.meta[DEAD] = True
             return None
         wait = self.delay(attempts, retry_after)
         if push_domain and scheduler is not None:
-            scheduler.push_domain(request.url, wait)
+            scheduler.reports.push_domain(request.url, wait)
         self.stats.inc_value("crawler/backoff/retries")
         self.stats.inc_value(f"crawler/backoff/reason/{reason}")
         logger.debug("Retrying %s in %.2fs (attempt %d, %s)", request, wait, attempts + 1, reason)

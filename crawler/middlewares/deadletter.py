@@ -40,7 +40,7 @@ class _DeadLetterBase:
         scheduler = frontier_scheduler(self.crawler)
         if scheduler is not None:
             request.meta[DEAD] = True
-            scheduler.dead_letter(request, reason, status=status, exception=exception)
+            scheduler.reports.dead_letter(request, reason, status=status, exception=exception)
 
 
 class DeadLetterMiddleware(_DeadLetterBase):

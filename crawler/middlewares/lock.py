@@ -72,8 +72,7 @@ class DomainLockMiddleware:
             return False
         now = time.monotonic()
         if now - self.live_read > _REFRESH:
-            members = scheduler.server.smembers(scheduler.frontier.keys.key("lockdomains"))
-            self.live = {m.decode().lower() for m in members}
+            self.live = scheduler.frontier.locks.live_domains()
             self.live_read = now
         if domain in self.live or host in self.live:
             return True
@@ -90,13 +89,11 @@ class DomainLockMiddleware:
             scheduler = frontier_scheduler(self.crawler)
             assert scheduler is not None and scheduler.frontier is not None
             token = uuid.uuid4().hex
-            taken, stale = scheduler.frontier.scripts.lock(
-                keys=[scheduler.frontier.keys.base], args=[domain, token, self.ttl_ms]
-            )
+            taken, stale = scheduler.frontier.locks.acquire(domain, token, self.ttl_ms)
         except REDIS_ERRORS:
-            taken, stale = 0, 0  # Redis away: wait as if the domain were locked
+            taken, stale = False, 0  # Redis away: wait as if the domain were locked
         if stale:
-            self.stats.inc_value("crawler/lock/stale", int(stale))
+            self.stats.inc_value("crawler/lock/stale", stale)
         if taken:
             request.meta[LOCK] = (domain, token)
             self.stats.inc_value("crawler/lock/acquired")
@@ -113,9 +110,9 @@ class DomainLockMiddleware:
         if held is None or scheduler is None or scheduler.frontier is None:
             return
         try:
-            released = scheduler.frontier.scripts.unlock(keys=[scheduler.frontier.keys.base], args=list(held))
+            released = scheduler.frontier.locks.release(*held)
         except REDIS_ERRORS:
-            released = 0  # the lock expires on its own
+            released = False  # the lock expires on its own
         if not released:
             self.stats.inc_value("crawler/lock/lost")
 

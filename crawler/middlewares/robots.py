@@ -17,7 +17,6 @@ dropped and counted (``crawler/robots/disallowed``), not dead-lettered.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -168,24 +167,22 @@ class SharedRobotsMiddleware:
     async def _load(self, origin: str) -> Rules:
         scheduler = frontier_scheduler(self.crawler)
         assert scheduler is not None and scheduler.frontier is not None
-        client, keys = scheduler.server, scheduler.frontier.keys
-        key = keys.key("robots", origin)
+        store = scheduler.frontier.robots
         deadline = time.monotonic() + _FETCH_LOCK_MS / 1000
         while True:
-            pipe = client.pipeline(transaction=False)
-            raw, ttl_ms = pipe.get(key).pttl(key).execute()
-            if raw is not None:
+            record, ttl_ms = store.get(origin)
+            if record is not None:
                 self.stats.inc_value("crawler/robots/shared_hits")
-                return self._remember(origin, json.loads(raw), max(ttl_ms, 1000) / 1000)
+                return self._remember(origin, record, max(ttl_ms, 1000) / 1000)
             token = uuid.uuid4().hex
-            if client.set(key + ":fetching", token, nx=True, px=_FETCH_LOCK_MS):
+            if store.claim(origin, token, _FETCH_LOCK_MS):
                 break
             if time.monotonic() > deadline:
                 break  # the fetcher died: fetch it ourselves
             await asyncio.sleep(_WAIT_STEP)
         try:
             record, ttl = await self._fetch(origin)
-            client.set(key, json.dumps(record), px=int(ttl * 1000))
+            store.put(origin, record, ttl)
             rules = self._remember(origin, record, ttl)
             try:
                 self._apply_crawl_delay(origin, rules, scheduler)
@@ -193,8 +190,7 @@ class SharedRobotsMiddleware:
                 logger.warning("Crawl-delay of %s not stored: Redis unavailable", origin)
             return rules
         finally:
-            if client.get(key + ":fetching") == token.encode():
-                client.delete(key + ":fetching")
+            store.done(origin, token)
 
     async def _fetch(self, origin: str) -> tuple[dict[str, Any], float]:
         request = Request(

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from scrapy.settings import BaseSettings
+from scrapy.utils.python import global_object_name
 
-from crawler.scheduler.frontier import DEDUP_MODES, Dedup, Politeness
+from crawler.scheduler.frontier import DEDUP_MODES, Dedup, Frontier, Politeness
 from crawler.scheduler.marks import DELAY_FROM
+
+if TYPE_CHECKING:
+    import redis
+
+    from crawler.scheduler.keys import Keys
+
+logger = logging.getLogger(__name__)
 
 
 class SettingsError(ValueError):
@@ -78,6 +87,12 @@ class FrontierSettings:
     idle_before_close: float
     tracking: list[str]
 
+    def frontier(self, client: redis.Redis, keys: Keys) -> Frontier:
+        """The frontier at ``keys`` as these settings describe it."""
+        return Frontier(client, keys, dedup=self.dedup, politeness=self.politeness, overrides=self.overrides,
+                        domain_cap=self.domain_cap, domain_budget=self.domain_budget,
+                        lease_seconds=self.lease_seconds)
+
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
         mode = str(settings.get("CRAWLER_DEDUP", "exact")).lower()
@@ -140,3 +155,23 @@ def exit_with(error: Exception) -> NoReturn:
     ``SystemExit`` passes through Scrapy's start-up (it catches ``Exception``)."""
     print(f"crawler: error: {error}", file=sys.stderr, flush=True)
     raise SystemExit(1)
+
+
+#: settings of scrapy-redis and Scrapy that this scheduler does not read
+_IGNORED = {
+    "SCHEDULER_QUEUE_CLASS": "the frontier keeps one queue per domain in Redis (CRAWLER_DOMAIN_* settings)",
+    "SCHEDULER_QUEUE_KEY": "the frontier's keys are <CRAWLER_KEY_PREFIX>:{<spider>:<shard>}:...",
+    "SCHEDULER_SERIALIZER": "requests travel as msgpack (crawler.serializers)",
+    "SCHEDULER_DUPEFILTER_KEY": "dedup happens in the frontier (CRAWLER_DEDUP)",
+}
+
+
+def warn_ignored(settings: BaseSettings) -> None:
+    for name, instead in _IGNORED.items():
+        if settings.get(name) is not None:
+            logger.warning("%s is ignored: %s", name, instead)
+    dupefilter = settings.get("DUPEFILTER_CLASS")
+    name = dupefilter if isinstance(dupefilter, str) else global_object_name(dupefilter)
+    if name not in ("scrapy.dupefilters.BaseDupeFilter", "scrapy.dupefilters.RFPDupeFilter"):
+        logger.warning("DUPEFILTER_CLASS %s is not used: the frontier dedups in Redis by the SHA-256 "
+                       "of canonical URLs (CRAWLER_DEDUP)", name)

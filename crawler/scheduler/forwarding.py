@@ -11,12 +11,14 @@ dedup arguments of the *receiving* frontier's layout, read from its meta.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from scrapy.settings import BaseSettings, Settings
 
 from crawler.connection import get_redis
-from crawler.scheduler.frontier import stored_dedup
+from crawler.scheduler._stats import inc
+from crawler.scheduler.frontier import Frontier, stored_dedup
 from crawler.scheduler.keys import Keys
 
 if TYPE_CHECKING:
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
     from crawler.scheduler.config import FrontierSettings
-    from crawler.scheduler.frontier import Dedup, Item
+    from crawler.scheduler.frontier import AddResult, Dedup, Item
 
 
 class Outbox:
@@ -36,28 +38,26 @@ class Outbox:
         self.spider = spider
         self.stats = stats
         self.records: dict[int, list[bytes]] = {}  # other shard -> records not stored yet
-        self.links: dict[int, tuple[redis.Redis, Keys, Dedup]] = {}
+        self.links: dict[int, tuple[Frontier, Dedup]] = {}
 
     def __len__(self) -> int:
         return sum(map(len, self.records.values()))
 
     def add(self, shard: int, item: Item) -> None:
-        a, b = self._link(shard)[2].args(item.digest)
+        a, b = self._link(shard)[1].args(item.digest)
         record = b"%d\n%d\n%s\n%d\n%s" % (a, b, item.domain.encode(), item.priority, item.entry)
         self.records.setdefault(shard, []).append(record)
 
     def flush(self) -> None:
         """Push every shard's records to its inbox; a failed call loses nothing."""
         for shard in list(self.records):
-            client, keys, _ = self._link(shard)
             records = self.records[shard]
-            client.rpush(keys.key("inbox"), *records)
+            self._link(shard)[0].receive(records)
             del self.records[shard]  # only once stored
-            if self.stats is not None:
-                self.stats.inc_value("crawler/forward/sent", len(records))
+            inc(self.stats, "crawler/forward/sent", len(records))
 
-    def _link(self, shard: int) -> tuple[redis.Redis, Keys, Dedup]:
-        """Client, keys and dedup layout of another shard's frontier."""
+    def _link(self, shard: int) -> tuple[Frontier, Dedup]:
+        """Another shard's frontier and its dedup layout."""
         link = self.links.get(shard)
         if link is None:
             url = self.config.shard_urls.get(shard)
@@ -68,5 +68,31 @@ class Outbox:
                 client = get_redis(settings)
             keys = Keys(self.config.prefix, self.spider, shard)
             # when that frontier exists, its layout wins
-            link = self.links[shard] = (client, keys, stored_dedup(client, keys, self.config.dedup))
+            link = self.links[shard] = (Frontier(client, keys), stored_dedup(client, keys, self.config.dedup))
         return link
+
+
+class Inbox:
+    """This shard's inbox, drained into its queues at most once a second
+    unless a drain came back full."""
+
+    def __init__(self, frontier: Frontier, batch: int, stats: StatsCollector | None) -> None:
+        self.frontier = frontier
+        self.batch = batch
+        self.stats = stats
+        self.next_drain = 0.0
+
+    def drain(self) -> AddResult | None:
+        """Move what waits; None when not due, or Redis is out of memory
+        (``OutOfMemoryError`` is raised once the wait is set)."""
+        now = time.monotonic()
+        if now < self.next_drain:
+            return None
+        self.next_drain = now + 1.0  # forwarded links wait in the inbox meanwhile
+        moved, result = self.frontier.drain_inbox(self.batch)
+        if moved >= self.batch:
+            self.next_drain = now
+        if not moved:
+            return None
+        inc(self.stats, "crawler/forward/received", moved)
+        return result

@@ -9,104 +9,24 @@ Requests whose lease expires go back to the front of their domain's queue.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
 from crawler.scheduler.keys import Keys
 from crawler.scheduler.marks import Ack, wire
+from crawler.scheduler.records import (
+    DEDUP_MODES, AddResult, Dedup, Item, Leased, Politeness, TakeResult, bloom_error_rate, stored_dedup,
+)
 from crawler.scheduler.scripts import Scripts
+from crawler.scheduler.stores import DomainLocks, RobotsStore
 
-DEDUP_MODES = ("exact", "bloom")
-
+__all__ = ["DEDUP_MODES", "AddResult", "Dedup", "Frontier", "FrontierConfigError", "Item", "Leased",
+           "Politeness", "TakeResult", "stored_dedup"]
 
 class FrontierConfigError(ValueError):
     """The settings contradict the frontier already stored in Redis."""
-
-
-@dataclass
-class Item:
-    """A request offered to the frontier."""
-
-    digest: bytes  # SHA-256 of the canonical URL (raw)
-    domain: str
-    priority: int
-    entry: bytes  # the serialized request
-    dont_filter: bool = False
-
-
-@dataclass
-class Leased:
-    lease: str
-    domain: str
-    priority: int
-    entry: bytes
-
-
-@dataclass
-class AddResult:
-    added: int = 0
-    duplicates: int = 0
-    capped: int = 0
-    acked: int = 0
-    over_budget: int = 0
-    excluded: int = 0
-
-
-@dataclass
-class TakeResult:
-    items: list[Leased]
-    now_ms: int
-    next_due_ms: int | None  # earliest next-fetch time of a queued domain
-
-
-@dataclass(frozen=True)
-class Politeness:
-    rate: float = 0.0  # requests per second per domain; 0: no token bucket
-    burst: int = 1
-    delay: float = 0.0  # minimum seconds between two requests to a domain
-    factor: float = 0.0  # delay >= factor x the last fetch's duration; 0: off
-    max_delay: float = 0.0  # cap of the stretched delay; 0: none
-
-    def __post_init__(self) -> None:
-        if self.rate < 0 or self.delay < 0 or self.burst < 1 or self.factor < 0 or self.max_delay < 0:
-            raise ValueError(f"invalid politeness {self}: rate >= 0, burst >= 1, delay, factor, max_delay >= 0")
-
-
-@dataclass(frozen=True)
-class Dedup:
-    mode: str = "exact"
-    capacity: int = 10_000_000  # expected distinct URLs of the frontier
-    error_rate: float = 0.001  # Bloom mode: compound false-positive rate
-    bucket_bits: int = field(default=0)
-
-    def __post_init__(self) -> None:
-        if self.mode not in DEDUP_MODES:
-            raise ValueError(f"dedup mode must be one of {DEDUP_MODES}, got {self.mode!r}")
-        if self.capacity < 1 or not 0 < self.error_rate < 1:
-            raise ValueError("dedup capacity must be >= 1 and error rate within (0, 1)")
-        if not self.bucket_bits:
-            # about 256 digests per bucket at capacity: each bucket stays a
-            # compact intset (Redis converts past set-max-intset-entries, 512)
-            bits = math.ceil(math.log2(max(self.capacity / 256, 1)))
-            object.__setattr__(self, "bucket_bits", min(max(bits, 8), 24))
-
-    def args(self, digest: bytes) -> tuple[int, int]:
-        if self.mode == "exact":
-            bucket = int.from_bytes(digest[:4], "big") >> (32 - self.bucket_bits)
-            return bucket, int.from_bytes(digest[4:12], "big", signed=True)
-        return int.from_bytes(digest[:4], "big"), int.from_bytes(digest[4:8], "big") | 1
-
-
-def stored_dedup(client: redis.Redis, keys: Keys, dedup: Dedup) -> Dedup:
-    """The dedup layout the frontier at ``keys`` was created with, else ``dedup``."""
-    mode, bits = client.hmget(keys.meta, "dedup", "bucket_bits")
-    if mode is None or bits is None:
-        return dedup
-    return Dedup(mode.decode(), dedup.capacity, dedup.error_rate, int(bits))
 
 
 def _ids(ids: Iterable[str | Ack]) -> list[str]:
@@ -136,6 +56,8 @@ class Frontier:
         self.domain_budget = domain_budget
         self.lease_ms = int(lease_seconds * 1000)
         self.scripts = Scripts(client)
+        self.locks = DomainLocks(client, keys, self.scripts)
+        self.robots = RobotsStore(client, keys, self.scripts)
 
     def open(self) -> None:
         """Record (or check) the dedup layout and load per-domain overrides."""
@@ -214,6 +136,11 @@ class Frontier:
         """No request of ``domain`` before now + ``seconds`` (server clock)."""
         return int(self.scripts.push_domain(keys=[self.keys.base], args=[domain, int(seconds * 1000)]))
 
+    def receive(self, records: Sequence[bytes]) -> None:
+        """Forwarded requests from another shard, into this frontier's inbox
+        (``forwarding.py`` makes the records, ``drain_inbox.lua`` reads them)."""
+        self.client.rpush(self.keys.inbox, *records)
+
     def release(self, leases: Iterable[str]) -> int:
         """Give leased requests back to the front of their queues; their
         parked domains may be fetched again ``delay`` from now."""
@@ -231,7 +158,7 @@ class Frontier:
     def exclude(self, domains: Iterable[str]) -> int:
         """Never fetch these domains again; their queued requests are dropped."""
         domains = [d.strip().lower() for d in domains if d.strip()]
-        return int(self.client.sadd(self.keys.key("excluded"), *domains)) if domains else 0
+        return int(self.client.sadd(self.keys.excluded, *domains)) if domains else 0
 
     def set_robots_delay(self, domain: str, seconds: float) -> None:
         self.client.hset(self.keys.policy_robots, domain, repr(float(seconds)))
@@ -261,13 +188,41 @@ class Frontier:
             "counters": stats,
         }
 
+    def count_dropped(self, n: int) -> None:
+        """Count requests dropped because Redis is out of memory."""
+        if n:
+            self.client.hincrby(self.keys.stats, "oom_dropped", n)
+
+    def queued(self) -> int:
+        return int(self.client.hget(self.keys.stats, "queued") or 0)
+
+    def dedup_mode(self) -> str:
+        """The dedup mode this frontier was created with (``exact`` if new)."""
+        return (self.client.hget(self.keys.meta, "dedup") or b"exact").decode()
+
+    def inbox_length(self) -> int:
+        return int(self.client.llen(self.keys.inbox))
+
+    def bloom_error_rate(self) -> float | None:
+        """The Bloom filters' estimated false-positive rate now (None: exact dedup)."""
+        meta = {k.decode(): v.decode() for k, v in self.client.hgetall(self.keys.bloom).items()}
+        return bloom_error_rate(meta)
+
+    def exists(self) -> bool:
+        return bool(self.client.exists(self.keys.meta))
+
+    def shards(self) -> list[int]:
+        """The shards of this spider that have a frontier in this Redis."""
+        found = {Keys.shard_in(k) for k in self.client.scan_iter(match=self.keys.shards_pattern(), count=1000)}
+        return sorted(s for s in found if s is not None)
+
     def pending(self) -> int:
         """Requests queued, delayed, leased (by any worker) or in the inbox."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(self.keys.stats, "queued")
         pipe.zcard(self.keys.delayed)
         pipe.zcard(self.keys.leases)
-        pipe.llen(self.keys.key("inbox"))
+        pipe.llen(self.keys.inbox)
         queued, delayed, leases, inbox = pipe.execute()
         return int(queued or 0) + delayed + leases + inbox
 

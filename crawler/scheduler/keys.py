@@ -1,7 +1,48 @@
-"""Redis key names of one frontier.
+"""Redis key names of one frontier: the one key layout table.
 
-All share the hash tag ``{<spider>:<shard>}``, so every script runs on one
-node of a Redis Cluster. The layout is documented in ``lua/_lib.lua``.
+Every key of a frontier starts with its base, ``<prefix>:{<spider>:<shard>}``
+(``CRAWLER_KEY_PREFIX``, the spider's name, its shard). The braces are a
+Redis Cluster hash tag: every key of a frontier lives on one node, so each
+script can touch all of them. The Lua scripts (``lua/``) receive the base
+as ``KEYS[1]`` and build the same names; ``lua/_lib.lua`` and the README
+point here.
+
+========================  ======  =============================================
+key (after the base)      type    holds
+========================  ======  =============================================
+``:ready``                zset    domain -> ms it may next be fetched; only
+                                  domains with queued requests
+``:dom:<d>``              hash    ``n`` queued, ``next`` ms, ``tokens``/``ts``
+                                  (token bucket), ``busy`` (lease out while a
+                                  delay applies: the domain is parked)
+``:qp:<d>``               zset    priorities queued for ``<d>``, score -priority
+``:q:<d>:<p>``            list    records of ``<d>`` at priority ``<p>``, FIFO
+``:leases``               zset    lease id -> deadline ms
+``:lease``                hash    lease id -> record
+``:call:<id>``            string  a dequeue reply kept for a retry of that call
+``:delayed``              zset    ``"<id>\\n<record>"`` -> not-before ms
+``:seen:<bucket>``        set     exact dedup: 64-bit digest slices (intsets)
+``:bloom``, ``:bloom:<i>`` hash,   Bloom dedup: per-filter ``m<i>``/``k<i>``/
+                          string  ``n<i>`` and ``count``; the bit arrays
+``:policy``               hash    domain -> JSON politeness, edited live
+``:policy:settings``      hash    domain -> JSON from ``CRAWLER_DOMAIN_OVERRIDES``
+``:policy:robots``        hash    domain -> robots.txt Crawl-delay, seconds
+``:excluded``             set     domains never to fetch (live)
+``:inbox``                list    records forwarded by other shards,
+                                  ``"<a>\\n<b>\\n<record>"``
+``:lockdomains``          set     domains fetched under the lock (live)
+``:lock:<d>``             string  owner token of ``<d>``'s lock (``PX`` ttl)
+``:locks``                zset    domain -> expiry ms of locks not released
+``:robots:<origin>``      string  JSON robots.txt record (``PX`` ttl)
+``:robots:<origin>:fetching``  string  token of the worker fetching it
+``:dlq``                  list    JSON dead letters, newest first
+``:stats``                hash    counters (``queued``, ``enqueued``, ...)
+``:seq``                  string  id counter of leases and delayed entries
+``:meta``                 hash    dedup layout; politeness defaults (rate,
+                                  burst, delay ms, delay_factor, delay_max ms)
+========================  ======  =============================================
+
+A record is ``"<domain>\\n<priority>\\n<serialized request>"``.
 """
 
 from __future__ import annotations
@@ -10,6 +51,7 @@ import re
 from dataclasses import dataclass
 
 _GLOB = re.compile(r"([*?\[\]\\])")
+_SHARD = re.compile(rb":(\d+)\}:meta$")
 
 
 @dataclass(frozen=True)
@@ -60,7 +102,6 @@ class Keys:
 
     @property
     def policy(self) -> str:
-        """Per-domain politeness overrides that operators edit while a crawl runs."""
         return self.key("policy")
 
     @property
@@ -71,9 +112,39 @@ class Keys:
     def policy_robots(self) -> str:
         return self.key("policy", "robots")
 
+    @property
+    def excluded(self) -> str:
+        return self.key("excluded")
+
+    @property
+    def inbox(self) -> str:
+        return self.key("inbox")
+
+    @property
+    def lock_domains(self) -> str:
+        return self.key("lockdomains")
+
+    @property
+    def dead_letters(self) -> str:
+        return self.key("dlq")
+
     def dom(self, domain: str) -> str:
         return self.key("dom", domain)
+
+    def robots(self, origin: str) -> str:
+        return self.key("robots", origin)
 
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this frontier."""
         return _GLOB.sub(r"\\\1", self.base) + ":*"
+
+    def shards_pattern(self) -> str:
+        """A SCAN pattern matching the meta key of every shard of this spider."""
+        prefix, spider = _GLOB.sub(r"\\\1", self.prefix), _GLOB.sub(r"\\\1", self.spider)
+        return f"{prefix}:{{{spider}:*}}:meta"
+
+    @staticmethod
+    def shard_in(meta_key: bytes) -> int | None:
+        """The shard number of a key that :meth:`shards_pattern` matched."""
+        found = _SHARD.search(meta_key)
+        return int(found.group(1)) if found else None

@@ -81,7 +81,7 @@ def supports_flags(client: redis.Redis) -> bool:
 
 class Scripts:
     NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock",
-             "drain_inbox")
+             "drain_inbox", "robots_done")
 
     def __init__(self, client: redis.Redis) -> None:
         flags = supports_flags(client)
@@ -97,3 +97,4 @@ class Scripts:
     lock: LuaScript
     unlock: LuaScript
     drain_inbox: LuaScript
+    robots_done: LuaScript

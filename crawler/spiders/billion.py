@@ -25,7 +25,7 @@ from twisted.python.failure import Failure
 from crawler.links import LinkExtractor
 from crawler.scheduler.access import frontier_scheduler
 from crawler.scheduler.domains import domain_of
-from crawler.seeds import Seed, parse_seeds
+from crawler.seeds import Seed, parse_seeds, redis_seed_lines
 from crawler.sharding import shard_of
 
 logger = logging.getLogger(__name__)
@@ -100,12 +100,7 @@ class BillionSpider(scrapy.Spider):
         if not self.seeds:
             return []
         if self.seeds.startswith("redis:"):
-            scheduler = frontier_scheduler(self.crawler)
-            assert scheduler is not None
-            key = self.seeds[len("redis:"):]
-            kind = scheduler.server.type(key)
-            members = scheduler.server.smembers(key) if kind == b"set" else scheduler.server.lrange(key, 0, -1)
-            return [m.decode("utf-8", "replace") for m in members]
+            return redis_seed_lines(self.crawler.settings, self.seeds[len("redis:"):])
         return Path(self.seeds).read_text(encoding="utf-8", errors="replace").splitlines()
 
     def _own(self, seeds: list[Seed]) -> Iterator[Seed]:

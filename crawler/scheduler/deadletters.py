@@ -45,7 +45,7 @@ class DeadLetters:
     def __init__(self, client: redis.Redis, keys: Keys, max_len: int = 100_000) -> None:
         self.client = client
         self.keys = keys
-        self.key = keys.key("dlq")
+        self.key = keys.dead_letters
         self.max_len = max_len
 
     def add(self, letters: Iterable[DeadLetter]) -> None:

@@ -1,0 +1,129 @@
+"""Dequeue: leased requests waiting for the engine, and when to ask Redis
+for more.
+
+One ``dequeue.lua`` call leases up to ``CRAWLER_PREFETCH`` requests of due
+domains. The next call comes at once when that call came back full; no
+sooner than ``CRAWLER_POLL_INTERVAL`` when it took what was due; exactly
+when the next domain is due when nothing was; and with a doubling backoff
+(up to 1 s) while the frontier is empty. Each call has a name: a call
+retried after a lost reply gets the first call's leases back instead of
+taking more, and the next call drops that kept reply.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from crawler.scheduler._stats import inc
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
+
+    from crawler.scheduler.frontier import Frontier, Leased
+    from crawler.scheduler.marks import Ack
+
+MAX_POLL_WAIT = 1.0  # seconds between dequeue attempts while nothing is due
+
+
+class Intake:
+    def __init__(self, frontier: Frontier, prefetch: int, poll_interval: float,
+                 wake_in: Callable[[float], None], stats: StatsCollector | None) -> None:
+        self.frontier = frontier
+        self.prefetch = prefetch
+        self.poll_interval = poll_interval
+        self.wake_in = wake_in  # wake the engine this many seconds from now
+        self.stats = stats
+        self.buffer: deque[Leased] = deque()
+        self.next_poll = 0.0
+        self.last_take = 0.0
+        self.empty_polls = 0
+        self.call = uuid.uuid4().hex
+        self.took = ""
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def pop(self) -> Leased | None:
+        return self.buffer.popleft() if self.buffer else None
+
+    def due(self) -> bool:
+        """Whether a dequeue call is due; if not, the engine is woken when it is."""
+        wait = self.next_poll - time.monotonic()
+        if wait > 0:
+            self.wake_in(wait)
+            return False
+        return True
+
+    def take(self, acks: Sequence[str | Ack]) -> None:
+        """Lease what is due, acknowledging ``acks`` in the same call."""
+        now = time.monotonic()
+        result = self.frontier.take(self.prefetch, acks, self.call, self.took)
+        # the next call's name: a retry of this one reuses it; its reply is here
+        self.took, self.call = self.call, uuid.uuid4().hex
+        self.last_take = now
+        inc(self.stats, "crawler/frontier/acked", len(acks))
+        inc(self.stats, "crawler/frontier/polls")
+        self.buffer.extend(result.items)
+        if len(result.items) >= self.prefetch:
+            self.empty_polls = 0
+            self.next_poll = 0.0  # more may be due right now
+            return
+        if result.items:
+            # everything due was taken: the next poll, no sooner than the
+            # poll interval, gathers what becomes due meanwhile
+            self.empty_polls = 0
+            self.next_poll = now + self.poll_interval
+            return
+        if result.next_due_ms is not None:
+            # a queued domain is waiting for its turn: come back exactly then
+            wait = max(0.0, (result.next_due_ms - result.now_ms) / 1000)
+        else:
+            # nothing queued here; other workers may add some: back off
+            self.empty_polls += 1
+            wait = 0.02 * 2 ** min(self.empty_polls, 10)
+        wait = min(max(wait, self.poll_interval), MAX_POLL_WAIT)
+        self.next_poll = now + wait
+        self.wake_in(wait)
+
+    def added(self) -> None:
+        """New requests were stored: poll again soon, and wake the engine
+        then if it has nothing to do."""
+        self.empty_polls = 0
+        self.next_poll = min(self.next_poll, self.last_take + self.poll_interval)
+        if not self.buffer:
+            self.wake_in(max(0.0, self.next_poll - time.monotonic()))
+
+    def due_now(self) -> None:
+        self.next_poll = 0.0
+
+
+class EngineWaker:
+    """Wakes Scrapy's engine loop when something may be due, instead of it
+    polling the scheduler on its own 5 s heartbeat; one wake-up pending."""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+        self.call: Any = None
+
+    def wake_in(self, seconds: float) -> None:
+        from twisted.internet import reactor
+
+        if self.call is not None and self.call.active():
+            if abs(self.call.getTime() - reactor.seconds() - seconds) < 0.005:  # type: ignore[attr-defined]
+                return
+            self.call.cancel()
+        self.call = reactor.callLater(seconds + 0.001, self._wake)  # type: ignore[attr-defined]
+
+    def _wake(self) -> None:
+        slot = getattr(self.crawler.engine, "_slot", None)
+        if slot is not None:
+            slot.nextcall.schedule()
+
+    def cancel(self) -> None:
+        if self.call is not None and self.call.active():
+            self.call.cancel()

@@ -1,0 +1,64 @@
+"""What the middlewares report outside a request's own flow: push-backs of a
+domain (429/503, robots.txt) and dead letters. A Redis failure here is noted
+by the outage guard and never raised into the middleware."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import redis
+
+from crawler.meta import ATTEMPTS
+from crawler.scheduler._stats import inc
+from crawler.scheduler.deadletters import DeadLetter, DeadLetters
+from crawler.scheduler.domains import domain_of
+from crawler.scheduler.outage import REDIS_ERRORS
+
+if TYPE_CHECKING:
+    from scrapy import Request
+    from scrapy.statscollectors import StatsCollector
+
+    from crawler.scheduler.frontier import Frontier
+    from crawler.scheduler.outage import RedisGuard
+
+logger = logging.getLogger(__name__)
+
+
+class Reports:
+    def __init__(self, frontier: Frontier, dead_letters: DeadLetters, guard: RedisGuard,
+                 stats: StatsCollector | None, spider: str) -> None:
+        self.frontier = frontier
+        self.dead_letters = dead_letters
+        self.guard = guard
+        self.stats = stats
+        self.spider = spider
+
+    def push_domain(self, url: str, seconds: float) -> None:
+        """No request to the domain of ``url`` before ``seconds`` from now."""
+        try:
+            self.frontier.push_domain(domain_of(url), seconds)
+        except redis.RedisError as exc:
+            if isinstance(exc, REDIS_ERRORS):
+                self.guard.failed(exc)
+            return
+        inc(self.stats, "crawler/frontier/domain_pushbacks")
+
+    def dead_letter(self, request: Request | str, reason: str, *, status: int | None = None,
+                    exception: BaseException | str | None = None) -> None:
+        """Record a request given up on in the dead-letter queue."""
+        url = request if isinstance(request, str) else request.url
+        attempts = 1 if isinstance(request, str) else int(request.meta.get(ATTEMPTS, 1))
+        if isinstance(exception, BaseException):
+            exception = type(exception).__name__
+        letter = DeadLetter(url, reason, status, exception, attempts,
+                            spider=self.spider, shard=self.frontier.keys.shard)
+        try:
+            self.dead_letters.add([letter])
+        except redis.RedisError as exc:
+            if isinstance(exc, REDIS_ERRORS):
+                self.guard.failed(exc)
+            logger.warning("Dead letter not recorded, Redis unreachable: %s", letter.to_json())
+            inc(self.stats, "crawler/dlq/unrecorded")
+            return
+        inc(self.stats, f"crawler/dlq/{reason}")

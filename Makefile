@@ -3,7 +3,7 @@
 
 demo:
 	@sh scripts/bootstrap
-	.venv/bin/python -m crawler.demo
+	.venv/bin/python -m devkit.demo
 
 test:
 	@sh scripts/bootstrap dev

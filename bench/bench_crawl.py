@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from crawler.testweb.config import WebConfig  # noqa: E402
-from crawler.testweb.control import TestWebProcess  # noqa: E402
+from devkit.testweb.config import WebConfig  # noqa: E402
+from devkit.testweb.control import TestWebProcess  # noqa: E402
 from tests.servers import RedisServer  # noqa: E402
 
 
@@ -79,7 +79,8 @@ def main() -> None:
             seeds = Path(tmp) / "seeds.txt"
             seeds.write_text("\n".join(web.url(d) for d in range(args.domains)) + "\n")
             starts = ",".join(web.url(d) for d in range(args.domains))
-            base_env = dict(os.environ, PYTHONPATH=str(ROOT), REDIS_URL=redis.url)
+            base_env = dict(os.environ, PYTHONPATH=str(ROOT), REDIS_URL=redis.url,
+                            SCRAPY_SETTINGS_MODULE="devkit.settings")
             plain_env = dict(base_env, SCRAPY_SETTINGS_MODULE="bench.plain_settings")
             common = ["-s", "LOG_LEVEL=WARNING", "-s", "CONCURRENT_REQUESTS=64"]
             runs = {

@@ -38,8 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from crawler.testweb.config import WebConfig  # noqa: E402
-from crawler.testweb.control import TestWebProcess, consecutive  # noqa: E402
+from devkit.testweb.config import WebConfig  # noqa: E402
+from devkit.testweb.control import TestWebProcess, consecutive  # noqa: E402
 from tests.servers import RedisServer, cpu_seconds  # noqa: E402
 
 #: component -> path fragments of a py-spy frame; the first match from the
@@ -169,7 +169,10 @@ def main() -> None:
                      "-s", f"CRAWLER_DOMAIN_DELAY={args.delay}", "-s", f"CRAWLER_WARC_DIR={tmp / 'warc'}",
                      "-s", "CRAWLER_PROGRESS_INTERVAL=0", *(a for s in args.set for a in ("-s", s))],
                     dict(os.environ, PYTHONPATH=str(ours_root), REDIS_URL=redis.url,
-                         CRAWLER_CONTACT="bench@example.org"),
+                         CRAWLER_CONTACT="bench@example.org",
+                         # older checkouts map *.test in their own settings
+                         **({"SCRAPY_SETTINGS_MODULE": "devkit.settings"}
+                            if (ours_root / "devkit" / "settings.py").exists() else {})),
                     ours_root),
                 "plain Scrapy (LinkExtractor)": (
                     [sys.executable, "-m", "scrapy", "crawl", "followall", "-a",

@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 from crawler.scheduler import codec  # noqa: E402
 from crawler.scheduler.frontier import Frontier, Item  # noqa: E402
 from crawler.scheduler.keys import Keys  # noqa: E402
-from crawler.testweb.config import WebConfig  # noqa: E402
-from crawler.testweb.control import TestWebProcess  # noqa: E402
+from devkit.testweb.config import WebConfig  # noqa: E402
+from devkit.testweb.control import TestWebProcess  # noqa: E402
 from tests.servers import RedisServer, cpu_seconds  # noqa: E402
 
 
@@ -51,7 +51,8 @@ def crawl(workers: int, web: TestWebProcess, redis: RedisServer, seeds: Path) ->
     the test web's clock); prints where the CPU went."""
     redis.client().flushall()
     before = len(web.log())
-    env = dict(os.environ, PYTHONPATH=str(ROOT), REDIS_URL=redis.url, CRAWLER_CONTACT="bench@example.org")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), REDIS_URL=redis.url, CRAWLER_CONTACT="bench@example.org",
+               SCRAPY_SETTINGS_MODULE="devkit.settings")
     cmd = [sys.executable, "-m", "scrapy", "crawl", "billion", "-a", f"seeds={seeds}", "-s", "LOG_LEVEL=WARNING",
            "-s", "CRAWLER_DOMAIN_DELAY=0", "-s", "CRAWLER_WARC_DIR=", "-s", "CRAWLER_MAX_DEPTH=0",
            "-s", "CRAWLER_PROGRESS_INTERVAL=0"]

@@ -17,8 +17,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from crawler.testweb.config import WebConfig  # noqa: E402
-from crawler.testweb.control import TestWebProcess  # noqa: E402
+from devkit.testweb.config import WebConfig  # noqa: E402
+from devkit.testweb.control import TestWebProcess  # noqa: E402
 
 
 class Client(asyncio.Protocol):

@@ -18,23 +18,30 @@ from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.python import global_object_name
 
+from crawler.connection import RedisUnavailable, configured_url
 from crawler.extensions.metrics import MetricsExtension
 from crawler.extensions.progress import Progress
 from crawler.extensions.statsfile import StatsFile
 from crawler.extensions.warc import WarcExtension
+from crawler.fetch import DownloadHandler
 from crawler.middlewares.backoff import BackoffMiddleware
-from crawler.middlewares.deadletter import DeadLetterMiddleware, DeadLetterSpiderMiddleware
+from crawler.middlewares.deadletter import (
+    DeadLetterMiddleware,
+    DeadLetterSpiderMiddleware,
+)
 from crawler.middlewares.lock import DomainLockMiddleware
 from crawler.middlewares.robots import SharedRobotsMiddleware
 from crawler.middlewares.sizecap import SizeCapMiddleware
 from crawler.middlewares.useragent import ContactUserAgentMiddleware
-from crawler.scheduler.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
+from crawler.scheduler.acks import (
+    FrontierAckDownloaderMiddleware,
+    FrontierAckSpiderMiddleware,
+)
+from crawler.scheduler.config import SettingsError, exit_with
 from crawler.scheduler.fingerprint import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
-from crawler.fetch import DownloadHandler
-from crawler.connection import RedisUnavailable, configured_url
-from crawler.scheduler.config import SettingsError, exit_with
 from crawler.settings_check import check_settings
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -78,7 +85,7 @@ class Addon:
             url = configured_url(settings)
         except RedisUnavailable as exc:
             exit_with(exc)
-        if not url and settings.getbool("CRAWLER_EMBEDDED_REDIS", True):
+        if not url and setting(settings, "CRAWLER_EMBEDDED_REDIS"):
             from crawler.embedded import EmbeddedRedis
 
             url = EmbeddedRedis.from_settings(settings).url  # started when first needed

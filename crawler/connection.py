@@ -17,9 +17,11 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
-from redis.retry import Retry
 from redis.exceptions import RedisClusterException
+from redis.retry import Retry
 from scrapy.settings import BaseSettings
+
+from crawler.settings_registry import setting
 
 __all__ = ["RedisUnavailable", "configured_url", "get_redis", "mask_url", "redis_url"]
 
@@ -62,7 +64,7 @@ def configured_url(settings: BaseSettings) -> str:
 def redis_url(settings: BaseSettings) -> str:
     """The URL to connect to, starting the embedded Redis if needed."""
     url = configured_url(settings)
-    embedded_on = settings.getbool("CRAWLER_EMBEDDED_REDIS", True)
+    embedded_on = setting(settings, "CRAWLER_EMBEDDED_REDIS")
     if url:
         if embedded_on and url.startswith("unix://"):
             # the addon may have written the embedded Redis's address: start it if it is that
@@ -104,7 +106,7 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
     kwargs.update(params)
     kwargs.pop("redis_cls", None)
     kwargs.pop("encoding", None)
-    cluster = settings.getbool("CRAWLER_REDIS_CLUSTER", False)
+    cluster = setting(settings, "CRAWLER_REDIS_CLUSTER")
     if cluster:
         kwargs.pop("health_check_interval", None)
     try:

@@ -21,6 +21,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from scrapy.settings import BaseSettings
 
+from crawler.settings_registry import setting
+
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux
 
 
@@ -68,7 +70,7 @@ class EmbeddedRedis:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> EmbeddedRedis:
-        configured = settings.get("CRAWLER_STATE_DIR")
+        configured = setting(settings, "CRAWLER_STATE_DIR")
         return cls(Path(configured) / "redis" if configured else default_state_dir())
 
     @property

@@ -15,12 +15,14 @@ from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
-from twisted.internet import defer
 from scrapy.resolver import CachingThreadedResolver
+from twisted.internet import defer
+
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
-    from twisted.internet.base import ReactorBase
     from scrapy.crawler import Crawler
+    from twisted.internet.base import ReactorBase
 
 
 def parse_host_map(value: Mapping[str, Any]) -> dict[str, str]:
@@ -71,7 +73,7 @@ class HostMapResolver(CachingThreadedResolver):
     def from_crawler(cls, crawler: Crawler, reactor: ReactorBase) -> HostMapResolver:
         settings = crawler.settings
         cache_size = settings.getint("DNSCACHE_SIZE") if settings.getbool("DNSCACHE_ENABLED") else 0
-        host_map = parse_host_map(settings.getdict("CRAWLER_HOST_MAP"))
+        host_map = parse_host_map(setting(settings, "CRAWLER_HOST_MAP"))
         return cls(reactor, cache_size, settings.getfloat("DNS_TIMEOUT"), host_map)
 
     def getHostByName(self, name: str, timeout: Sequence[int] = ()) -> defer.Deferred[str]:

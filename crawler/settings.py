@@ -23,17 +23,14 @@ CRAWLER_DOMAIN_RATE = 0.0
 CRAWLER_DOMAIN_BURST = 1
 CRAWLER_DOMAIN_DELAY = 0.0
 
-# The `.test` domains of the local test web resolve to loopback; names that
-# match no pattern resolve as usual.
+# Names in CRAWLER_HOST_MAP (empty here; devkit/settings.py maps the test
+# web's `*.test` to loopback) resolve as mapped, also for proxied requests.
 TWISTED_DNS_RESOLVER = "crawler.resolver.HostMapResolver"
-CRAWLER_HOST_MAP = {"*.test": "127.0.0.1"}
 
 ROBOTSTXT_OBEY = True
 # "{contact}" is filled from CRAWLER_CONTACT (a URL or an e-mail address)
 USER_AGENT = "crawler/0.1 (+{contact})"
 CRAWLER_CONTACT = os.environ.get("CRAWLER_CONTACT", "")
-# the test web's hosts resolve to 127.0.0.1 (CRAWLER_HOST_MAP above)
-CRAWLER_ALLOW_PRIVATE = ["*.test"]
 CONCURRENT_REQUESTS = 64
 CONCURRENT_REQUESTS_PER_DOMAIN = 8
 DOWNLOAD_TIMEOUT = 30

@@ -34,9 +34,8 @@ def check_settings(settings: BaseSettings) -> None:
         raise SettingsError(f"CRAWLER_WARC_LEVEL must be 0..3 (ISA-L levels), got {settings.get('CRAWLER_WARC_LEVEL')!r}")
     FrontierSettings.from_settings(settings)
     lock_ttl(settings)
-    from crawler.resolver import parse_host_map
-
     from crawler.fetch._address import Allowed
+    from crawler.resolver import parse_host_map
 
     try:
         parse_host_map(settings.getdict("CRAWLER_HOST_MAP"))

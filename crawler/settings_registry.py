@@ -1,10 +1,12 @@
 """Every setting the crawler reads: name, default, form and what it does,
 listed in ``settings_registry.toml`` beside this file.
 
-The README's settings table is generated from this list
-(``python -m crawler.settings_registry``; a test fails when they differ),
-and :func:`crawler.settings_check.check_settings` checks each setting of a
-form before a crawl starts.
+Components read their settings with :func:`setting`, which takes the
+default from here: no default is written anywhere else. The README's
+settings table is generated from this list (``python -m
+crawler.settings_registry``; a test fails when they differ), and
+:func:`crawler.settings_check.check_settings` checks each setting of a form
+before a crawl starts.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import json
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from scrapy.settings import BaseSettings
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,18 @@ def _load() -> tuple[Setting, ...]:
 SETTINGS: tuple[Setting, ...] = _load()
 
 BY_NAME = {s.name: s for s in SETTINGS}
+
+
+_KINDS = {bool: "bool", int: "int", float: "float", list: "list", dict: "dict"}
+
+
+def setting(settings: BaseSettings, name: str) -> Any:
+    """``name``'s value, through the typed getter of its form (else of its
+    default's type), defaulting to the registry's default."""
+    entry = BY_NAME[name]
+    kind = entry.form or _KINDS.get(type(entry.default), "")
+    getter = getattr(settings, f"get{kind}")
+    return getter(name, entry.default)
 
 
 def markdown_table() -> str:

@@ -1,20 +1,7 @@
 -- Shared helpers, prepended to every script of this folder by
--- crawler/scheduler/scripts.py. Key layout (base = KEYS[1] = "<prefix>:{<spider>:<shard>}"):
---   base:ready           zset   domain -> ms when it may next be fetched (only domains with queued requests)
---   base:dom:<d>         hash   n (queued), next (ms), tokens, ts (token bucket),
---                               busy (lease id in flight while a delay applies: the domain is parked)
---   base:qp:<d>          zset   priorities queued for <d>, score -priority
---   base:q:<d>:<p>       list   serialized requests of <d> at priority <p>, FIFO
---   base:leases          zset   lease id -> deadline ms;  base:lease hash lease id -> record
---   base:delayed         zset   "<id>\n<record>" -> not-before ms
---   base:seen:<bucket>   set    exact dedup (intset of 64-bit digest slices)
---   base:bloom, base:bloom:<i>   Bloom filter metadata and bit arrays
---   base:policy, base:policy:settings, base:policy:robots   per-domain politeness overrides
---   base:excluded        set    domains never to fetch (site owners' opt-out), live
---   base:inbox           list   requests forwarded by other shards, "<a>\n<b>\n<record>"
---   base:stats           hash   counters;  base:seq  string, id counter
---   base:meta            hash   dedup layout; politeness defaults (rate, burst, delay ms,
---                               delay_factor, delay_max ms) written by Frontier.open
+-- crawler/scheduler/scripts.py. KEYS[1] of every script is the frontier's
+-- base key, "<prefix>:{<spider>:<shard>}"; the names built from it, and what
+-- each key holds, are in the one key layout table: crawler/scheduler/keys.py.
 -- A record is "<domain>\n<priority>\n<serialized request>".
 
 local function now_ms()

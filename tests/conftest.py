@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 import redis
 
-from crawler.testweb.config import WebConfig
-from crawler.testweb.control import TestWebProcess
+from devkit.testweb.config import WebConfig
+from devkit.testweb.control import TestWebProcess
 from tests.servers import RedisServer
 
 

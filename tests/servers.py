@@ -97,8 +97,16 @@ class RedisServer:
         self.start()
 
 
-def scrapy_env(redis_url: str | None = None, **extra: str) -> dict[str, str]:
+def scrapy_env(redis_url: str | None = None, *, settings: str | None = "devkit.settings",
+               **extra: str) -> dict[str, str]:
+    """The environment of a ``scrapy`` child: ``redis_url`` its Redis, the
+    checkout importable, ``settings`` its settings module (``devkit.settings``:
+    the project's, plus the test web's host map; None: the project in the
+    working directory decides)."""
     env = dict(os.environ)
+    env.pop("SCRAPY_SETTINGS_MODULE", None)
+    if settings is not None:
+        env["SCRAPY_SETTINGS_MODULE"] = settings
     env.pop("REDIS_URL", None)
     if redis_url is not None:
         env["REDIS_URL"] = redis_url

@@ -28,7 +28,7 @@ def test_demo_spider_crawls_the_whole_web_and_obeys_robots(redis_url: str, make_
 
 def test_demo_command_runs_and_summarises(redis_url: str, tmp_path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "crawler.demo", "--seconds", "6", "--domains", "4", "--pages", "20",
+        [sys.executable, "-m", "devkit.demo", "--seconds", "6", "--domains", "4", "--pages", "20",
          "--output", str(tmp_path / "out")],
         cwd=ROOT, env=scrapy_env(redis_url), capture_output=True, text=True, timeout=120,
     )

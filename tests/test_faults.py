@@ -22,7 +22,7 @@ import redis
 from crawler.scheduler import codec
 from crawler.scheduler.frontier import Frontier
 from crawler.scheduler.keys import Keys
-from crawler.testweb.site import Site
+from devkit.testweb.site import Site
 from tests.servers import ROOT, RedisServer, cpu_seconds, scrapy_env
 from tests.test_scheduler import all_pages, crawl_cmd, page_fetches, start
 

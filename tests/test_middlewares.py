@@ -143,7 +143,7 @@ def test_robots_status_rules_and_crawl_delay(redis_url: str, make_web) -> None:
     web = make_web(domains=12, pages=6, **{**QUIET, "private_share": 0.5, "crawl_delay_share": 0.25,
                                           "crawl_delay": 1},
                    robots_faults={"404": 0.25, "503": 0.25})
-    from crawler.testweb.site import Site
+    from devkit.testweb.site import Site
 
     site = Site(web.config, web.port)
     result = run_scrapy(crawl_cmd(web)[3:], scrapy_env(redis_url))
@@ -187,7 +187,7 @@ def test_non_html_is_stopped_at_the_headers(redis_url: str, make_web) -> None:
     web = make_web(domains=1, pages=10, faults={"pdf": 0.5}, pdf_size=1_000_000, **QUIET)
     result = run_scrapy(crawl_cmd(web)[3:], scrapy_env(redis_url))
     assert result.returncode == 0, result.stderr[-3000:]
-    from crawler.testweb.site import Site
+    from devkit.testweb.site import Site
 
     site = Site(web.config, web.port)
     pdfs = sum(1 for e in web.log() if e.path.startswith("/p/")

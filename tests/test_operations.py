@@ -51,7 +51,7 @@ def test_addon_in_a_new_project_with_two_processes(redis_url: str, make_web, tmp
         )
     web = make_web(domains=3, pages=15, **QUIET)
     starts = ",".join(web.url(d) for d in range(3))
-    env = scrapy_env(redis_url)
+    env = scrapy_env(redis_url, settings=None)  # the new project's own settings
     procs = [subprocess.Popen([sys.executable, "-m", "scrapy", "crawl", "site", "-a", f"start={starts}"],
                               cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
@@ -146,9 +146,9 @@ def test_errors_in_an_addon_project_are_one_line(tmp_path: Path) -> None:
     try:
         wrong = f"redis://:wrong@127.0.0.1:{server.port}/0"
         for env, extra, message in (
-            (scrapy_env(wrong), [], f"crawler: error: Redis at redis://:***@127.0.0.1:{server.port}/0 refused"),
-            (scrapy_env(server.url), ["-s", "CRAWLER_DEDUP=nope"], "crawler: error: CRAWLER_DEDUP must be"),
-            (scrapy_env(server.url), ["-s", "CRAWLER_ALLOW_PRIVATE=10.0.0.0/99"],
+            (scrapy_env(wrong, settings=None), [], f"crawler: error: Redis at redis://:***@127.0.0.1:{server.port}/0 refused"),
+            (scrapy_env(server.url, settings=None), ["-s", "CRAWLER_DEDUP=nope"], "crawler: error: CRAWLER_DEDUP must be"),
+            (scrapy_env(server.url, settings=None), ["-s", "CRAWLER_ALLOW_PRIVATE=10.0.0.0/99"],
              "crawler: error: CRAWLER_ALLOW_PRIVATE: '10.0.0.0/99' is not a network"),
         ):
             result = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "site", "-a", "start=http://a.test/",

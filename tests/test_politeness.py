@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler.testweb.control import LogEntry, consecutive
+from devkit.testweb.control import LogEntry, consecutive
 from tests.servers import ROOT, scrapy_env
 
 WEB = dict(links=8, size_fixed=6000, private_share=0.05, crawl_delay_share=0, dup_share=0.1,

@@ -12,7 +12,7 @@ from collections import Counter, defaultdict
 
 import redis
 
-from crawler.testweb.control import LogEntry, TestWebProcess
+from devkit.testweb.control import LogEntry, TestWebProcess
 from tests.servers import ROOT, run_scrapy, scrapy_env
 
 SMALL = dict(links=5, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2, crawl_delay_share=0)

@@ -27,7 +27,8 @@ class Scrapyd:
         (self.dir / "scrapyd.conf").write_text(
             f"[scrapyd]\nbind_address = 127.0.0.1\nhttp_port = {self.port}\npoll_interval = 0.5\n"
             f"max_proc = 4\neggs_dir = {self.dir}/eggs\nlogs_dir = {self.dir}/logs\ndbs_dir = {self.dir}/dbs\n")
-        self.proc = subprocess.Popen([sys.executable, "-m", "scrapyd"], cwd=self.dir, env=scrapy_env(None),
+        # jobs run on the deployed egg's settings (crawler.settings), not devkit's
+        self.proc = subprocess.Popen([sys.executable, "-m", "scrapyd"], cwd=self.dir, env=scrapy_env(None, settings=None),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while True:
@@ -60,6 +61,10 @@ def nodes(tmp_path: Path) -> Iterator[list[Scrapyd]]:
         server.stop()
 
 
+#: the test web's hosts, for jobs on the deployed project's settings (which map nothing)
+TEST_WEB = ("--setting", 'CRAWLER_HOST_MAP={"*.test": "127.0.0.1"}', "--setting", "CRAWLER_ALLOW_PRIVATE=*.test")
+
+
 def cluster(*args: str, redis_url: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "scrapy", "cluster", *args], cwd=ROOT,
                           env=scrapy_env(redis_url), capture_output=True, text=True, timeout=180)
@@ -77,7 +82,7 @@ def test_deploy_schedule_status_and_cancel(nodes: list[Scrapyd], redis_url: str,
 
     scheduled = cluster("schedule", "billion", "--nodes", urls, "--shards", "3", "--seeds", str(seeds),
                         "--redis", f"{redis_url},{redis_url}", "--setting", "CRAWLER_DOMAIN_DELAY=0",
-                        "--setting", "CRAWLER_CONTACT=ops@example.org", "--setting", "CRAWLER_WARC_DIR=")
+                        "--setting", "CRAWLER_CONTACT=ops@example.org", "--setting", "CRAWLER_WARC_DIR=", *TEST_WEB)
     assert scheduled.returncode == 0, scheduled.stdout + scheduled.stderr
     assert "shard 0/3: job billion-0-of-3 on " + nodes[0].url in scheduled.stdout
     assert "shard 1/3: job billion-1-of-3 on " + nodes[1].url in scheduled.stdout
@@ -94,7 +99,8 @@ def test_deploy_schedule_status_and_cancel(nodes: list[Scrapyd], redis_url: str,
 
     slow = cluster("schedule", "billion", "--nodes", urls, "--shards", "2", "--seeds", str(seeds),
                    "--redis", f"{redis_url},{redis_url}", "--setting", "CRAWLER_DOMAIN_DELAY=30",
-                   "--setting", "CRAWLER_CONTACT=ops@example.org", "--setting", "SCHEDULER_FLUSH_ON_START=True")
+                   "--setting", "CRAWLER_CONTACT=ops@example.org", "--setting", "SCHEDULER_FLUSH_ON_START=True",
+                   *TEST_WEB)
     assert slow.returncode == 0, slow.stdout
     deadline = time.monotonic() + 60
     while "running" not in (status := cluster("status", "billion", "--nodes", urls, "--shards", "2")).stdout:

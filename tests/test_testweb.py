@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from crawler.testweb.config import WebConfig
-from crawler.testweb.site import Site
+from devkit.testweb.config import WebConfig
+from devkit.testweb.site import Site
 
 
 def hrefs(body: bytes) -> list[str]:

@@ -16,6 +16,7 @@ from scrapy.spiderloader import get_spider_loader
 from crawler.connection import RedisUnavailable, get_redis, redis_url
 from crawler.scheduler.config import SettingsError, exit_with
 from crawler.settings_check import check_settings
+from crawler.settings_registry import setting
 
 
 class Command(ScrapyCrawl):
@@ -47,7 +48,7 @@ class Command(ScrapyCrawl):
             except ValueError as exc:
                 raise SettingsError(str(exc)) from None
         if getattr(spidercls, "requires_contact", False) and not str(
-            self.settings.get("CRAWLER_CONTACT") or ""
+            setting(self.settings, "CRAWLER_CONTACT") or ""
         ).strip():
             raise SettingsError(
                 f"the {args[0]} spider crawls the open web: set CRAWLER_CONTACT to a URL or "

@@ -12,12 +12,12 @@ from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
 from crawler.commands._frontier import add_frontier_options, open_frontier
-from crawler.scheduler.deadletters import DeadLetters
 from crawler.scheduler import codec
 from crawler.scheduler.canonical import canonicalize
+from crawler.scheduler.config import FrontierSettings
+from crawler.scheduler.deadletters import DeadLetters
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
-from crawler.scheduler.config import FrontierSettings
 from crawler.scheduler.frontier import Frontier, Item, stored_dedup
 
 

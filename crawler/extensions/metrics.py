@@ -18,6 +18,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from crawler.scheduler.access import frontier_scheduler
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -85,10 +86,10 @@ class _Collector:
 class MetricsExtension:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        if not settings.getbool("CRAWLER_METRICS_ENABLED", False):
+        if not setting(settings, "CRAWLER_METRICS_ENABLED"):
             raise NotConfigured
-        self.port = settings.getint("CRAWLER_METRICS_PORT", 9410)
-        self.address = settings.get("CRAWLER_METRICS_ADDRESS", "127.0.0.1")
+        self.port = setting(settings, "CRAWLER_METRICS_PORT")
+        self.address = setting(settings, "CRAWLER_METRICS_ADDRESS")
         self.collector = _Collector(crawler)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)  # type: ignore[arg-type]

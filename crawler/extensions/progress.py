@@ -13,6 +13,8 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
+from crawler.settings_registry import setting
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
@@ -33,7 +35,7 @@ def duplicates(stats: dict[str, int]) -> int:
 
 class Progress:
     def __init__(self, crawler: Crawler) -> None:
-        self.interval = crawler.settings.getfloat("CRAWLER_PROGRESS_INTERVAL")
+        self.interval = setting(crawler.settings, "CRAWLER_PROGRESS_INTERVAL")
         if self.interval <= 0:
             raise NotConfigured
         self.crawler = crawler

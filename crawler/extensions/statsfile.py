@@ -10,13 +10,15 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from crawler.settings_registry import setting
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 
 class StatsFile:
     def __init__(self, crawler: Crawler) -> None:
-        path = crawler.settings.get("CRAWLER_STATS_FILE")
+        path = setting(crawler.settings, "CRAWLER_STATS_FILE")
         if not path:
             raise NotConfigured
         self.path = Path(path)

@@ -27,6 +27,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from crawler.meta import ROBOTS, TRUNCATED
+from crawler.settings_registry import setting
 from crawler.warcfile import Page, WarcWriter
 
 if TYPE_CHECKING:
@@ -40,14 +41,14 @@ logger = logging.getLogger(__name__)
 class WarcExtension:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        directory = settings.get("CRAWLER_WARC_DIR")
+        directory = setting(settings, "CRAWLER_WARC_DIR")
         if not directory:
             raise NotConfigured
         self.directory = Path(directory)
-        self.max_bytes = settings.getint("CRAWLER_WARC_MAX_BYTES", 1_000_000_000)
-        self.level = settings.getint("CRAWLER_WARC_LEVEL", 1)
-        self.max_queued = settings.getint("CRAWLER_WARC_QUEUE", 256)
-        if str(settings.get("CRAWLER_WARC_THREAD", "auto")).lower() == "auto":
+        self.max_bytes = setting(settings, "CRAWLER_WARC_MAX_BYTES")
+        self.level = setting(settings, "CRAWLER_WARC_LEVEL")
+        self.max_queued = setting(settings, "CRAWLER_WARC_QUEUE")
+        if str(setting(settings, "CRAWLER_WARC_THREAD")).lower() == "auto":
             thread = len(os.sched_getaffinity(0)) > 1
         else:
             thread = settings.getbool("CRAWLER_WARC_THREAD")  # a ValueError naming the bad value

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import CannotResolveHostError, IgnoreRequest
 
 from crawler.resolver import HostMap, parse_host_map
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -68,9 +69,9 @@ def is_public(address: Address) -> bool:
 
 class Addresses:
     def __init__(self, settings: BaseSettings, stats: StatsCollector) -> None:
-        self.host_map = HostMap(parse_host_map(settings.getdict("CRAWLER_HOST_MAP")))
-        self.block = settings.getbool("CRAWLER_BLOCK_PRIVATE", True)
-        self.allowed = Allowed(settings.getlist("CRAWLER_ALLOW_PRIVATE"))
+        self.host_map = HostMap(parse_host_map(setting(settings, "CRAWLER_HOST_MAP")))
+        self.block = setting(settings, "CRAWLER_BLOCK_PRIVATE")
+        self.allowed = Allowed(setting(settings, "CRAWLER_ALLOW_PRIVATE"))
         self.cache_size = settings.getint("DNSCACHE_SIZE") if settings.getbool("DNSCACHE_ENABLED") else 0
         self.timeout = settings.getfloat("DNS_TIMEOUT") or None
         self.cache: OrderedDict[str, Address] = OrderedDict()

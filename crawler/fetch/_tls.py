@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from OpenSSL import SSL
 from OpenSSL.SSL import _ffi, _lib  # sessions as bytes have no public wrapper
 
+from crawler.settings_registry import setting
+
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
@@ -37,7 +39,7 @@ _RECORD = 16 * 1024 + 256
 
 class TLS:
     def __init__(self, settings: BaseSettings) -> None:
-        self.max_sessions = settings.getint("CRAWLER_TLS_SESSIONS", 10_000)
+        self.max_sessions = setting(settings, "CRAWLER_TLS_SESSIONS")
         if self.max_sessions < 0:
             raise ValueError(f"CRAWLER_TLS_SESSIONS must be >= 0, got {self.max_sessions}")
         self.sessions: OrderedDict[str, bytes] = OrderedDict()  # host -> DER session
@@ -46,11 +48,11 @@ class TLS:
         context.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_ALL)
         context.set_session_cache_mode(SSL.SESS_CACHE_CLIENT | SSL.SESS_CACHE_NO_INTERNAL)
         context.set_cipher_list((settings.get("DOWNLOADER_CLIENT_TLS_CIPHERS") or "DEFAULT").encode("ascii"))
-        groups = settings.get("CRAWLER_TLS_GROUPS", "X25519:P-256:P-384")
+        groups = setting(settings, "CRAWLER_TLS_GROUPS")
         if groups and not _lib.SSL_CTX_set1_curves_list(context._context, groups.encode("ascii")):
             raise ValueError(f"CRAWLER_TLS_GROUPS: OpenSSL knows none of {groups!r}")
         if self.verify:
-            ca_file = settings.get("CRAWLER_TLS_CA_FILE") or ""
+            ca_file = setting(settings, "CRAWLER_TLS_CA_FILE") or ""
             if ca_file:
                 context.load_verify_locations(ca_file)
             else:

@@ -51,6 +51,7 @@ from crawler.fetch._decode import accepted
 from crawler.fetch._exchange import Connection, Exchange, HeadTooLarge
 from crawler.fetch._tls import TLS, TLSProtocol
 from crawler.middlewares.sizecap import page_limit
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from urllib.parse import ParseResult
@@ -73,12 +74,12 @@ class DownloadHandler(BaseDownloadHandler):
         self.maxsize = settings.getint("DOWNLOAD_MAXSIZE")
         self.warnsize = settings.getint("DOWNLOAD_WARNSIZE")
         self.fail_on_dataloss = settings.getbool("DOWNLOAD_FAIL_ON_DATALOSS")
-        capped = settings.getbool("CRAWLER_SIZECAP_ENABLED", True)
-        self.page_bytes = settings.getint("CRAWLER_MAX_PAGE_BYTES", 250_000) if capped else 0
-        self.max_head = settings.getint("CRAWLER_MAX_HEADER_BYTES", 65_536)
-        self.max_url = settings.getint("CRAWLER_MAX_URL_LENGTH", 2000)
-        keepalive = settings.getbool("CRAWLER_KEEPALIVE", True)
-        self.idle_timeout = settings.getfloat("CRAWLER_KEEPALIVE_TIMEOUT", 20.0) if keepalive else 0.0
+        capped = setting(settings, "CRAWLER_SIZECAP_ENABLED")
+        self.page_bytes = setting(settings, "CRAWLER_MAX_PAGE_BYTES") if capped else 0
+        self.max_head = setting(settings, "CRAWLER_MAX_HEADER_BYTES")
+        self.max_url = setting(settings, "CRAWLER_MAX_URL_LENGTH")
+        keepalive = setting(settings, "CRAWLER_KEEPALIVE")
+        self.idle_timeout = setting(settings, "CRAWLER_KEEPALIVE_TIMEOUT") if keepalive else 0.0
         for name, value in (("CRAWLER_MAX_HEADER_BYTES", self.max_head),
                             ("CRAWLER_KEEPALIVE_TIMEOUT", self.idle_timeout)):
             if value < 0:

@@ -23,6 +23,7 @@ from scrapy.utils.misc import load_object
 
 from crawler.meta import ATTEMPTS, DEAD, DELAY, ROBOTS
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -51,17 +52,17 @@ def parse_retry_after(value: bytes | None, now: float | None = None) -> float | 
 class BackoffMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        if not settings.getbool("CRAWLER_BACKOFF_ENABLED", True):
+        if not setting(settings, "CRAWLER_BACKOFF_ENABLED"):
             raise NotConfigured
         if not uses_frontier(crawler):
             raise NotConfigured("BackoffMiddleware needs the frontier scheduler")
         self.crawler = crawler
         self.stats = crawler.stats
-        self.base = settings.getfloat("CRAWLER_BACKOFF_BASE", 1.0)
-        self.max = settings.getfloat("CRAWLER_BACKOFF_MAX", 600.0)
-        self.jitter = settings.getfloat("CRAWLER_BACKOFF_JITTER", 1.0)
-        self.retry_after_max = settings.getfloat("CRAWLER_RETRY_AFTER_MAX", 3600.0)
-        self.max_attempts = settings.getint("CRAWLER_MAX_ATTEMPTS", 4)
+        self.base = setting(settings, "CRAWLER_BACKOFF_BASE")
+        self.max = setting(settings, "CRAWLER_BACKOFF_MAX")
+        self.jitter = setting(settings, "CRAWLER_BACKOFF_JITTER")
+        self.retry_after_max = setting(settings, "CRAWLER_RETRY_AFTER_MAX")
+        self.max_attempts = setting(settings, "CRAWLER_MAX_ATTEMPTS")
         if self.base < 0 or self.max < 0 or self.jitter < 0 or self.max_attempts < 1:
             raise ValueError("CRAWLER_BACKOFF_BASE, _MAX, _JITTER must be >= 0 and CRAWLER_MAX_ATTEMPTS >= 1")
         self.exceptions = tuple(

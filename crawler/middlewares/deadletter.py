@@ -16,6 +16,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 
 from crawler.meta import DEAD, ROBOTS
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 class _DeadLetterBase:
     def __init__(self, crawler: Crawler) -> None:
-        if not crawler.settings.getbool("CRAWLER_DLQ_ENABLED", True) or not uses_frontier(crawler):
+        if not setting(crawler.settings, "CRAWLER_DLQ_ENABLED") or not uses_frontier(crawler):
             raise NotConfigured
         self.crawler = crawler
 

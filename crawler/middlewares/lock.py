@@ -26,6 +26,7 @@ from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.scheduler.config import SettingsError
 from crawler.scheduler.domains import domain_of, host_of
 from crawler.scheduler.outage import REDIS_ERRORS
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -39,7 +40,7 @@ _REFRESH = 5.0  # seconds between reads of the live lock-domain set
 def lock_ttl(settings: BaseSettings) -> float:
     """``CRAWLER_LOCK_TTL``, checked against ``DOWNLOAD_TIMEOUT``."""
     timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
-    ttl = settings.getfloat("CRAWLER_LOCK_TTL", 0.0) or timeout + 30
+    ttl = setting(settings, "CRAWLER_LOCK_TTL") or timeout + 30
     if ttl <= timeout:
         raise SettingsError(
             f"CRAWLER_LOCK_TTL ({ttl:g}) must exceed DOWNLOAD_TIMEOUT ({timeout:g}): "
@@ -51,13 +52,13 @@ def lock_ttl(settings: BaseSettings) -> float:
 class DomainLockMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        if not settings.getbool("CRAWLER_LOCK_ENABLED", True) or not uses_frontier(crawler):
+        if not setting(settings, "CRAWLER_LOCK_ENABLED") or not uses_frontier(crawler):
             raise NotConfigured
         self.crawler = crawler
         self.stats = crawler.stats
         self.ttl_ms = int(lock_ttl(settings) * 1000)
-        self.wait = settings.getfloat("CRAWLER_LOCK_WAIT", 1.0)
-        self.patterns = [p.lower() for p in settings.getlist("CRAWLER_LOCK_DOMAINS")]
+        self.wait = setting(settings, "CRAWLER_LOCK_WAIT")
+        self.patterns = [p.lower() for p in setting(settings, "CRAWLER_LOCK_DOMAINS")]
         self.live: set[str] = set()
         self.live_read = 0.0
         self.random = random.Random()

@@ -35,6 +35,7 @@ from crawler.middlewares.useragent import product_token, user_agent
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.outage import REDIS_ERRORS
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -83,9 +84,9 @@ class SharedRobotsMiddleware:
             raise NotConfigured
         self.crawler = crawler
         self.stats = crawler.stats
-        self.ttl = settings.getfloat("CRAWLER_ROBOTS_TTL", 86_400.0)
-        self.error_ttl = settings.getfloat("CRAWLER_ROBOTS_ERROR_TTL", 600.0)
-        self.max_delay = settings.getfloat("CRAWLER_ROBOTS_MAX_DELAY", 120.0)
+        self.ttl = setting(settings, "CRAWLER_ROBOTS_TTL")
+        self.error_ttl = setting(settings, "CRAWLER_ROBOTS_ERROR_TTL")
+        self.max_delay = setting(settings, "CRAWLER_ROBOTS_MAX_DELAY")
         self.agent = settings.get("ROBOTSTXT_USER_AGENT") or product_token(user_agent(settings))
         self.local: dict[str, tuple[Rules, float]] = {}  # origin -> (rules, monotonic expiry)
         self.fetching: dict[str, asyncio.Future[Rules]] = {}

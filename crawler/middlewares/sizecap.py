@@ -17,6 +17,7 @@ from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 
 from crawler.meta import ANY_TYPE, MAX_PAGE_BYTES, NON_HTML, ROBOTS, TRUNCATED
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -37,14 +38,14 @@ def page_limit(request: Request, default: int) -> int:
 class SizeCapMiddleware:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
-        if not settings.getbool("CRAWLER_SIZECAP_ENABLED", True):
+        if not setting(settings, "CRAWLER_SIZECAP_ENABLED"):
             raise NotConfigured
-        self.max_bytes = settings.getint("CRAWLER_MAX_PAGE_BYTES", 250_000)
+        self.max_bytes = setting(settings, "CRAWLER_MAX_PAGE_BYTES")
         if self.max_bytes <= 0:
             raise ValueError(f"CRAWLER_MAX_PAGE_BYTES must be > 0, got {self.max_bytes}")
-        self.html_only = settings.getbool("CRAWLER_HTML_ONLY", True)
+        self.html_only = setting(settings, "CRAWLER_HTML_ONLY")
         # with long politeness delays a connection is never reused anyway
-        self.keepalive = settings.getbool("CRAWLER_KEEPALIVE", True)
+        self.keepalive = setting(settings, "CRAWLER_KEEPALIVE")
         self.stats = crawler.stats
         self.received: dict[int, int] = {}
         crawler.signals.connect(self.headers_received, signal=signals.headers_received)

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
 
+from crawler.settings_registry import setting
+
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 
 def user_agent(settings: BaseSettings) -> str:
     template = str(settings.get("USER_AGENT") or "crawler")
-    contact = str(settings.get("CRAWLER_CONTACT") or "").strip()
+    contact = str(setting(settings, "CRAWLER_CONTACT") or "").strip()
     if "{contact}" not in template:
         return template
     if contact:

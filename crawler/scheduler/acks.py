@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.exceptions import NotConfigured
 
-from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.meta import LEASE
+from crawler.scheduler.access import frontier_scheduler, uses_frontier
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

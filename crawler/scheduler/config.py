@@ -12,6 +12,7 @@ from scrapy.utils.python import global_object_name
 
 from crawler.scheduler.frontier import DEDUP_MODES, Dedup, Frontier, Politeness
 from crawler.scheduler.marks import DELAY_FROM
+from crawler.settings_registry import BY_NAME, setting
 
 if TYPE_CHECKING:
     import redis
@@ -25,9 +26,11 @@ class SettingsError(ValueError):
     """A setting has a value of the wrong form; the message names it."""
 
 
-def _number(settings: BaseSettings, name: str, default: float, *, minimum: float = 0.0,
+def _number(settings: BaseSettings, name: str, default: float | None = None, *, minimum: float = 0.0,
             integer: bool = False) -> Any:
-    raw = settings.get(name, default)
+    """``name`` as a number >= ``minimum``; ``default`` only where it is
+    computed (else the registry's)."""
+    raw = settings.get(name, BY_NAME[name].default if default is None else default)
     try:
         value = int(raw) if integer else float(raw)
     except (TypeError, ValueError):
@@ -95,13 +98,13 @@ class FrontierSettings:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
-        mode = str(settings.get("CRAWLER_DEDUP", "exact")).lower()
+        mode = str(setting(settings, "CRAWLER_DEDUP")).lower()
         if mode not in DEDUP_MODES:
             raise SettingsError(f"CRAWLER_DEDUP must be one of {', '.join(DEDUP_MODES)}, got {mode!r}")
-        error_rate = _number(settings, "CRAWLER_BLOOM_ERROR_RATE", 0.001)
+        error_rate = _number(settings, "CRAWLER_BLOOM_ERROR_RATE")
         if not 0 < error_rate < 1:
             raise SettingsError(f"CRAWLER_BLOOM_ERROR_RATE must be within (0, 1), got {error_rate!r}")
-        prefix = str(settings.get("CRAWLER_KEY_PREFIX", "crawler"))
+        prefix = str(setting(settings, "CRAWLER_KEY_PREFIX"))
         if not prefix or any(c in prefix for c in "{}\n "):
             raise SettingsError(f"CRAWLER_KEY_PREFIX must be a non-empty name without braces or spaces, got {prefix!r}")
         timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
@@ -111,41 +114,41 @@ class FrontierSettings:
                 f"CRAWLER_LEASE_SECONDS ({lease:g}) must exceed DOWNLOAD_TIMEOUT ({timeout:g}): "
                 "a lease must outlive the download it covers"
             )
-        delay_from = str(settings.get("CRAWLER_DELAY_FROM", "start")).lower()
+        delay_from = str(setting(settings, "CRAWLER_DELAY_FROM")).lower()
         if delay_from not in DELAY_FROM:
             raise SettingsError(f"CRAWLER_DELAY_FROM must be one of {', '.join(DELAY_FROM)}, got {delay_from!r}")
         return cls(
             prefix=prefix,
-            shard=_number(settings, "CRAWLER_SHARD", 0, integer=True),
+            shard=_number(settings, "CRAWLER_SHARD", integer=True),
             dedup=Dedup(
                 mode,
-                _number(settings, "CRAWLER_DEDUP_CAPACITY", 10_000_000, minimum=1, integer=True),
+                _number(settings, "CRAWLER_DEDUP_CAPACITY", minimum=1, integer=True),
                 error_rate,
             ),
             politeness=Politeness(
-                _number(settings, "CRAWLER_DOMAIN_RATE", 0.0),
-                _number(settings, "CRAWLER_DOMAIN_BURST", 1, minimum=1, integer=True),
-                _number(settings, "CRAWLER_DOMAIN_DELAY", 0.0),
-                _number(settings, "CRAWLER_DELAY_FACTOR", 0.0),
-                _number(settings, "CRAWLER_DELAY_MAX", 0.0),
+                _number(settings, "CRAWLER_DOMAIN_RATE"),
+                _number(settings, "CRAWLER_DOMAIN_BURST", minimum=1, integer=True),
+                _number(settings, "CRAWLER_DOMAIN_DELAY"),
+                _number(settings, "CRAWLER_DELAY_FACTOR"),
+                _number(settings, "CRAWLER_DELAY_MAX"),
             ),
             overrides=_overrides(settings),
-            domain_cap=_number(settings, "CRAWLER_DOMAIN_QUEUE_CAP", 100_000, integer=True),
-            domain_budget=_number(settings, "CRAWLER_DOMAIN_BUDGET", 0, integer=True),
-            forward=settings.getbool("CRAWLER_FORWARD_LINKS", True),
+            domain_cap=_number(settings, "CRAWLER_DOMAIN_QUEUE_CAP", integer=True),
+            domain_budget=_number(settings, "CRAWLER_DOMAIN_BUDGET", integer=True),
+            forward=setting(settings, "CRAWLER_FORWARD_LINKS"),
             shard_urls=_shard_urls(settings),
             lease_seconds=lease,
             prefetch=_number(settings, "CRAWLER_PREFETCH", settings.getint("CONCURRENT_REQUESTS", 16),
                              minimum=1, integer=True),
-            batch=_number(settings, "CRAWLER_ENQUEUE_BATCH", 1000, minimum=1, integer=True),
-            flush_interval=_number(settings, "CRAWLER_FLUSH_INTERVAL", 0.5, minimum=0.01),
-            poll_interval=_number(settings, "CRAWLER_POLL_INTERVAL", 0.05),
-            ack_interval=_number(settings, "CRAWLER_ACK_INTERVAL", 0.02),
+            batch=_number(settings, "CRAWLER_ENQUEUE_BATCH", minimum=1, integer=True),
+            flush_interval=_number(settings, "CRAWLER_FLUSH_INTERVAL", minimum=0.01),
+            poll_interval=_number(settings, "CRAWLER_POLL_INTERVAL"),
+            ack_interval=_number(settings, "CRAWLER_ACK_INTERVAL"),
             delay_from=delay_from,
-            persist=settings.getbool("SCHEDULER_PERSIST", False),
-            flush_on_start=settings.getbool("SCHEDULER_FLUSH_ON_START", False),
-            idle_before_close=_number(settings, "SCHEDULER_IDLE_BEFORE_CLOSE", 0.0),
-            tracking=settings.getlist("CRAWLER_TRACKING_PARAMS"),
+            persist=setting(settings, "SCHEDULER_PERSIST"),
+            flush_on_start=setting(settings, "SCHEDULER_FLUSH_ON_START"),
+            idle_before_close=_number(settings, "SCHEDULER_IDLE_BEFORE_CLOSE"),
+            tracking=setting(settings, "CRAWLER_TRACKING_PARAMS"),
         )
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
 
 from crawler.scheduler.canonical import Canonicalizer
+from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -26,7 +27,7 @@ def url_fingerprint(canonical_url: str) -> bytes:
 
 class Fingerprinter:
     def __init__(self, crawler: Crawler | None = None) -> None:
-        tracking = crawler.settings.getlist("CRAWLER_TRACKING_PARAMS") if crawler else []
+        tracking = setting(crawler.settings, "CRAWLER_TRACKING_PARAMS") if crawler else []
         self.canonicalize = Canonicalizer(tracking)
         self._cache: WeakKeyDictionary[Request, bytes] = WeakKeyDictionary()
 

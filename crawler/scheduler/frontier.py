@@ -17,7 +17,15 @@ import redis
 from crawler.scheduler.keys import Keys
 from crawler.scheduler.marks import Ack, wire
 from crawler.scheduler.records import (
-    DEDUP_MODES, AddResult, Dedup, Item, Leased, Politeness, TakeResult, bloom_error_rate, stored_dedup,
+    DEDUP_MODES,
+    AddResult,
+    Dedup,
+    Item,
+    Leased,
+    Politeness,
+    TakeResult,
+    bloom_error_rate,
+    stored_dedup,
 )
 from crawler.scheduler.scripts import Scripts
 from crawler.scheduler.stores import DomainLocks, RobotsStore

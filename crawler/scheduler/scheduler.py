@@ -36,7 +36,12 @@ from crawler.meta import DELAY
 from crawler.scheduler import codec
 from crawler.scheduler._stats import inc
 from crawler.scheduler.canonical import Canonicalizer
-from crawler.scheduler.config import FrontierSettings, SettingsError, exit_with, warn_ignored
+from crawler.scheduler.config import (
+    FrontierSettings,
+    SettingsError,
+    exit_with,
+    warn_ignored,
+)
 from crawler.scheduler.deadletters import DeadLetters
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
@@ -49,6 +54,7 @@ from crawler.scheduler.marks import Marks
 from crawler.scheduler.outage import REDIS_ERRORS, RedisGuard
 from crawler.scheduler.reports import Reports
 from crawler.scheduler.writes import WriteBuffer
+from crawler.settings_registry import setting
 from crawler.sharding import shard_of
 
 if TYPE_CHECKING:
@@ -64,7 +70,7 @@ class FrontierScheduler:
         self.server = server
         self.config = config
         self.stats = crawler.stats
-        self.dedup_start_requests = crawler.settings.getbool("CRAWLER_DEDUP_START_REQUESTS", True)
+        self.dedup_start_requests = setting(crawler.settings, "CRAWLER_DEDUP_START_REQUESTS")
         self.canonicalize = Canonicalizer(config.tracking)
         self.leases = Leases(Marks(crawler, config.delay_from))
         self.waker = EngineWaker(crawler)
@@ -84,7 +90,9 @@ class FrontierScheduler:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
-        from crawler.settings_check import check_settings  # it imports this module's users
+        from crawler.settings_check import (
+            check_settings,  # it imports this module's users
+        )
 
         try:
             check_settings(crawler.settings)
@@ -113,7 +121,7 @@ class FrontierScheduler:
         self.intake = Intake(self.frontier, config.prefetch, config.poll_interval,
                              self.waker.wake_in, self.stats)
         self.inbox = Inbox(self.frontier, config.batch, self.stats)
-        dead_letters = DeadLetters(self.server, keys, self.crawler.settings.getint("CRAWLER_DLQ_MAX", 100_000))
+        dead_letters = DeadLetters(self.server, keys, setting(self.crawler.settings, "CRAWLER_DLQ_MAX"))
         self.reports = Reports(self.frontier, dead_letters, self.guard, self.stats, spider.name)
         queued = len(self)
         if queued:

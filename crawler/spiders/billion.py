@@ -19,13 +19,19 @@ from typing import Any
 
 import scrapy
 from scrapy.http import Response, TextResponse
-from twisted.internet.error import ConnectError, DNSLookupError, TCPTimedOutError, TimeoutError
+from twisted.internet.error import (
+    ConnectError,
+    DNSLookupError,
+    TCPTimedOutError,
+    TimeoutError,
+)
 from twisted.python.failure import Failure
 
 from crawler.links import LinkExtractor
 from crawler.scheduler.access import frontier_scheduler
 from crawler.scheduler.domains import domain_of
 from crawler.seeds import Seed, parse_seeds, redis_seed_lines
+from crawler.settings_registry import setting
 from crawler.sharding import shard_of
 
 logger = logging.getLogger(__name__)
@@ -89,9 +95,9 @@ class BillionSpider(scrapy.Spider):
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> BillionSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
         settings = crawler.settings
-        spider.extract = LinkExtractor(nofollow=not settings.getbool("CRAWLER_FOLLOW_NOFOLLOW", False),
-                                       max_length=settings.getint("CRAWLER_MAX_URL_LENGTH", 2000))
-        spider.max_depth = settings.getint("CRAWLER_MAX_DEPTH", 16)
+        spider.extract = LinkExtractor(nofollow=not setting(settings, "CRAWLER_FOLLOW_NOFOLLOW"),
+                                       max_length=setting(settings, "CRAWLER_MAX_URL_LENGTH"))
+        spider.max_depth = setting(settings, "CRAWLER_MAX_DEPTH")
         return spider
 
     # --- seeds -----------------------------------------------------------
@@ -127,7 +133,7 @@ class BillionSpider(scrapy.Spider):
                                  meta={"seed_fallback": seed.fallback, "depth": 0})
 
     def _load_exclusions(self) -> None:
-        path = self.crawler.settings.get("CRAWLER_EXCLUDE_FILE")
+        path = setting(self.crawler.settings, "CRAWLER_EXCLUDE_FILE")
         scheduler = frontier_scheduler(self.crawler)
         if not path or scheduler is None or scheduler.frontier is None:
             return

@@ -21,7 +21,7 @@ import ssl
 import time
 from pathlib import Path
 
-from crawler.testweb.site import Reply, Site
+from devkit.testweb.site import Reply, Site
 
 _REASONS = {
     200: b"OK", 301: b"Moved Permanently", 302: b"Found", 400: b"Bad Request",

@@ -16,7 +16,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from crawler.testweb.config import WebConfig
+from devkit.testweb.config import WebConfig
 
 _WORDS = (
     "crawl polite frontier redis queue domain token bucket lease shard robots "

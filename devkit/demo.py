@@ -7,7 +7,7 @@ faults, runs the ``billion`` spider against it (1 s between two requests to
 one domain instead of 70 s) with a progress line every few seconds, and
 ends with a summary.
 
-    python -m crawler.demo [--seconds 60] [--domains 200] [--pages 200] [--plain-http]
+    python -m devkit.demo [--seconds 60] [--domains 200] [--pages 200] [--plain-http]
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from scrapy.utils.project import get_project_settings
 
 from crawler.connection import RedisUnavailable, get_redis, mask_url, redis_url
 from crawler.extensions.progress import duplicates
-from crawler.testweb.config import WebConfig
-from crawler.testweb.control import TestWebProcess
+from devkit.testweb.config import WebConfig
+from devkit.testweb.control import TestWebProcess
 
 SPIDER = "billion"
 DEMO_FAULTS = {"404": 0.01, "410": 0.005, "429": 0.005, "503": 0.005, "slow": 0.005,
@@ -33,7 +33,7 @@ DEMO_FAULTS = {"404": 0.01, "410": 0.005, "429": 0.005, "503": 0.005, "slow": 0.
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m crawler.demo", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m devkit.demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=int, default=60)
     p.add_argument("--domains", type=int, default=200)
@@ -46,7 +46,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "crawler.settings")
+    # the project's settings plus the test web's `*.test` host map
+    os.environ.setdefault("SCRAPY_SETTINGS_MODULE", "devkit.settings")
+    root = str(Path(__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     settings = get_project_settings()
     try:
         url = redis_url(settings)

@@ -1,4 +1,4 @@
-"""``python -m crawler.testweb``: run the test web until SIGTERM or Ctrl-C."""
+"""``python -m devkit.testweb``: run the test web until SIGTERM or Ctrl-C."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from crawler.testweb.config import WebConfig
-from crawler.testweb.server import RequestLog, serve
-from crawler.testweb.site import Site
+from devkit.testweb.config import WebConfig
+from devkit.testweb.server import RequestLog, serve
+from devkit.testweb.site import Site
 
 
 def _free_port(host: str) -> int:
@@ -24,7 +24,7 @@ def _free_port(host: str) -> int:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m crawler.testweb", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m devkit.testweb", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8800, help="0 picks a free port")
     p.add_argument("--config", default="", help="JSON object of WebConfig fields, or @file")

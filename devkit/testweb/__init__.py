@@ -3,10 +3,10 @@
 One server on 127.0.0.1 answers for ``d0.test``, ``d1.test``, ... by the Host
 header, with deterministic generated pages, per-domain robots.txt, injected
 faults, and a log of every request. Start it with
-``python -m crawler.testweb --help``.
+``python -m devkit.testweb --help``.
 """
 
-from crawler.testweb.config import WebConfig
-from crawler.testweb.site import Site
+from devkit.testweb.config import WebConfig
+from devkit.testweb.site import Site
 
 __all__ = ["Site", "WebConfig"]

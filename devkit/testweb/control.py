@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any, NamedTuple
 
-from crawler.testweb.config import WebConfig
+from devkit.testweb.config import WebConfig
 
 
 class LogEntry(NamedTuple):
@@ -62,7 +62,7 @@ class TestWebProcess:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> TestWebProcess:
-        cmd = [sys.executable, "-m", "crawler.testweb", "--port", "0",
+        cmd = [sys.executable, "-m", "devkit.testweb", "--port", "0",
                "--config", json.dumps(asdict(self.config))]
         if self.log_path:
             cmd += ["--log", self.log_path]

@@ -1,21 +1,39 @@
 """Every setting with a form (``crawler.settings_registry``), checked before a
 crawl starts, so a bad value is one error line naming the setting, not a
-traceback."""
+traceback.
+
+Each way the components come in checks: the addon, ``scrapy crawl``, the
+scheduler and the download handler (a project may use either alone). Final
+(frozen) settings are checked once, whoever asks first.
+"""
 
 from __future__ import annotations
+
+import weakref
 
 from scrapy.settings import BaseSettings
 
 from crawler.middlewares.lock import lock_ttl
 from crawler.scheduler.config import FrontierSettings, SettingsError
-from crawler.settings_registry import SETTINGS
+from crawler.settings_registry import SETTINGS, setting
 
 # name -> (kind, minimum), from the registry
 FORMS: dict[str, tuple[str, float]] = {s.name: (s.form, s.minimum) for s in SETTINGS if s.form}
 
 
+_checked: dict[int, weakref.finalize] = {}  # id of frozen settings already checked
+
+
 def check_settings(settings: BaseSettings) -> None:
     """Raise :class:`SettingsError` for the first setting of the wrong form."""
+    if id(settings) in _checked:
+        return
+    _check(settings)
+    if settings.frozen:
+        _checked[id(settings)] = weakref.finalize(settings, _checked.pop, id(settings), None)
+
+
+def _check(settings: BaseSettings) -> None:
     for name, (kind, minimum) in FORMS.items():
         raw = settings.get(name)
         if raw is None or raw == "":
@@ -35,11 +53,13 @@ def check_settings(settings: BaseSettings) -> None:
     FrontierSettings.from_settings(settings)
     lock_ttl(settings)
     from crawler.fetch._address import Allowed
+    from crawler.fetch._tls import check_groups
     from crawler.resolver import parse_host_map
 
     try:
         parse_host_map(settings.getdict("CRAWLER_HOST_MAP"))
         Allowed(settings.getlist("CRAWLER_ALLOW_PRIVATE"))
+        check_groups(setting(settings, "CRAWLER_TLS_GROUPS"))
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
 

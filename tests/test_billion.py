@@ -144,6 +144,19 @@ def test_crawl_writes_exact_bodies_to_warc_and_obeys_depth(redis_url: str, make_
         assert (truncated == "length") == (len(expected) > 250_000)
 
 
+def test_links_robots_txt_disallows_are_dropped_before_the_frontier(redis_url: str, make_web,
+                                                                     tmp_path: Path) -> None:
+    web = make_web(domains=2, pages=20, **{**QUIET, "private_share": 0.4, "cross_share": 0})
+    stats_file = tmp_path / "stats.json"
+    result = run_scrapy(billion(seeds=seeds_of(web, tmp_path), settings=(f"CRAWLER_STATS_FILE={stats_file}",)),
+                        env(redis_url))
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = json.loads(stats_file.read_text())
+    assert stats["crawler/links/robots_disallowed"] > 0  # the robots.txt middleware, found by the spider
+    assert not [e for e in web.log() if e.path.startswith("/private/")]
+    assert stats.get("crawler/robots/disallowed", 0) == 0  # none reached the downloader
+
+
 def test_domain_budget_and_exclusions(redis_url: str, make_web, tmp_path: Path) -> None:
     web = make_web(domains=4, pages=40, **QUIET)
     exclude = tmp_path / "exclude.txt"

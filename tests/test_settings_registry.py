@@ -55,3 +55,18 @@ def test_every_setting_read_is_registered() -> None:
     for path in (ROOT / "crawler").rglob("*.py"):
         names |= set(re.findall(r'"(CRAWLER_[A-Z_]+)"', path.read_text()))
     assert names - set(BY_NAME) == set()
+
+
+def test_final_settings_are_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crawler import settings_check
+
+    calls = []
+    monkeypatch.setattr(settings_check, "_check", calls.append)
+    draft = Settings({"CRAWLER_MAX_ATTEMPTS": 3})
+    settings_check.check_settings(draft)
+    settings_check.check_settings(draft)  # not final yet: an addon may still change it
+    assert len(calls) == 2
+    final = draft.frozencopy()
+    for _ in range(3):  # the addon, the scheduler, the download handler
+        settings_check.check_settings(final)
+    assert len(calls) == 3

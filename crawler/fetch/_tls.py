@@ -39,18 +39,14 @@ _RECORD = 16 * 1024 + 256
 
 class TLS:
     def __init__(self, settings: BaseSettings) -> None:
-        self.max_sessions = setting(settings, "CRAWLER_TLS_SESSIONS")
-        if self.max_sessions < 0:
-            raise ValueError(f"CRAWLER_TLS_SESSIONS must be >= 0, got {self.max_sessions}")
+        self.max_sessions = setting(settings, "CRAWLER_TLS_SESSIONS")  # 0: no resumption
         self.sessions: OrderedDict[str, bytes] = OrderedDict()  # host -> DER session
         self.verify = settings.getbool("DOWNLOAD_VERIFY_CERTIFICATES", False)
         context = self.context = SSL.Context(SSL.TLS_CLIENT_METHOD)
         context.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_ALL)
         context.set_session_cache_mode(SSL.SESS_CACHE_CLIENT | SSL.SESS_CACHE_NO_INTERNAL)
         context.set_cipher_list((settings.get("DOWNLOADER_CLIENT_TLS_CIPHERS") or "DEFAULT").encode("ascii"))
-        groups = setting(settings, "CRAWLER_TLS_GROUPS")
-        if groups and not _lib.SSL_CTX_set1_curves_list(context._context, groups.encode("ascii")):
-            raise ValueError(f"CRAWLER_TLS_GROUPS: OpenSSL knows none of {groups!r}")
+        _set_groups(context, setting(settings, "CRAWLER_TLS_GROUPS"))
         if self.verify:
             ca_file = setting(settings, "CRAWLER_TLS_CA_FILE") or ""
             if ca_file:
@@ -194,6 +190,16 @@ class TLSProtocol(asyncio.Protocol):
         if name == "ssl_object":
             return self.tls
         return self.transport.get_extra_info(name, default) if self.transport else default
+
+
+def _set_groups(context: SSL.Context, groups: str) -> None:
+    if groups and not _lib.SSL_CTX_set1_curves_list(context._context, groups.encode("ascii")):
+        raise ValueError(f"CRAWLER_TLS_GROUPS: OpenSSL knows none of {groups!r}")
+
+
+def check_groups(groups: str) -> None:
+    """ValueError unless OpenSSL knows one of ``groups`` (``CRAWLER_TLS_GROUPS``)."""
+    _set_groups(SSL.Context(SSL.TLS_CLIENT_METHOD), groups)
 
 
 def _is_address(host: str) -> bool:

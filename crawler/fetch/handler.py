@@ -70,6 +70,9 @@ class DownloadHandler(BaseDownloadHandler):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         settings = crawler.settings
+        from crawler.settings_check import check_settings  # it imports the middlewares
+
+        check_settings(settings)  # a SettingsError names a bad value
         self.stats = crawler.stats
         self.maxsize = settings.getint("DOWNLOAD_MAXSIZE")
         self.warnsize = settings.getint("DOWNLOAD_WARNSIZE")
@@ -80,10 +83,6 @@ class DownloadHandler(BaseDownloadHandler):
         self.max_url = setting(settings, "CRAWLER_MAX_URL_LENGTH")
         keepalive = setting(settings, "CRAWLER_KEEPALIVE")
         self.idle_timeout = setting(settings, "CRAWLER_KEEPALIVE_TIMEOUT") if keepalive else 0.0
-        for name, value in (("CRAWLER_MAX_HEADER_BYTES", self.max_head),
-                            ("CRAWLER_KEEPALIVE_TIMEOUT", self.idle_timeout)):
-            if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
         bind = settings.get("DOWNLOAD_BIND_ADDRESS")
         self.bind = (bind, 0) if isinstance(bind, str) else tuple(bind) if bind else None
         self.accept_encoding = accepted()

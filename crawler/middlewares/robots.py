@@ -91,7 +91,6 @@ class SharedRobotsMiddleware:
         self.local: dict[str, tuple[Rules, float]] = {}  # origin -> (rules, monotonic expiry)
         self.fetching: dict[str, asyncio.Future[Rules]] = {}
         self.fetched: dict[str, tuple[float, float]] = {}  # origin -> robots.txt fetch began, ended
-        crawler.shared_robots = self  # type: ignore[attr-defined]  # for link filters: known_disallowed()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SharedRobotsMiddleware:
@@ -237,3 +236,13 @@ class SharedRobotsMiddleware:
         scheduler.frontier.push_domain(domain, capped)
         self.stats.inc_value("crawler/robots/crawl_delays")
         logger.info("robots.txt of %s asks a Crawl-delay of %gs (applied: %gs)", origin, delay, capped)
+
+
+def shared_robots(crawler: Crawler) -> SharedRobotsMiddleware | None:
+    """The crawl's robots.txt middleware, for link filters
+    (:meth:`SharedRobotsMiddleware.known_disallowed`); None when it is off."""
+    downloader = getattr(crawler.engine, "downloader", None)
+    for middleware in getattr(getattr(downloader, "middleware", None), "middlewares", ()):
+        if isinstance(middleware, SharedRobotsMiddleware):
+            return middleware
+    return None

@@ -28,6 +28,7 @@ from twisted.internet.error import (
 from twisted.python.failure import Failure
 
 from crawler.links import LinkExtractor
+from crawler.middlewares.robots import shared_robots
 from crawler.scheduler.access import frontier_scheduler
 from crawler.scheduler.domains import domain_of
 from crawler.seeds import Seed, parse_seeds, redis_seed_lines
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 _FALLBACK_ERRORS = (ConnectError, DNSLookupError, TCPTimedOutError, TimeoutError)
 _MAX_REPORTED = 20
+_UNKNOWN = object()
 
 
 def check_arguments(shard: Any = "0", shards: Any = "1", seeds: Any = "", **_: Any) -> tuple[int, int]:
@@ -90,6 +92,7 @@ class BillionSpider(scrapy.Spider):
         super().__init__(*args, **kwargs)
         self.shard, self.shards = check_arguments(shard, shards, seeds)
         self.seeds = seeds
+        self.robots: Any = _UNKNOWN  # the robots.txt middleware, found on the first page
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> BillionSpider:
@@ -157,7 +160,9 @@ class BillionSpider(scrapy.Spider):
         depth = int(response.meta.get("depth", 0))
         links = self.extract(response.body, response.url)
         stats.inc_value("crawler/links/found", len(links))
-        robots = getattr(self.crawler, "shared_robots", None)
+        if self.robots is _UNKNOWN:
+            self.robots = shared_robots(self.crawler)
+        robots = self.robots
         if robots is not None:
             allowed = [link for link in links if not robots.known_disallowed(link)]
             stats.inc_value("crawler/links/robots_disallowed", len(links) - len(allowed))

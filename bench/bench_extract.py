@@ -24,7 +24,6 @@ from selectolax.lexbor import LexborHTMLParser  # noqa: E402
 from crawler.links import LinkExtractor  # noqa: E402
 
 
-
 def page_url(name: str) -> str:
     """Where the page lives: ``alloc__rc__struct.Rc.html`` -> ``.../alloc/rc/struct.Rc.html``,
     so that its relative links resolve as they do on the real site."""

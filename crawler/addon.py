@@ -25,18 +25,12 @@ from crawler.extensions.statsfile import StatsFile
 from crawler.extensions.warc import WarcExtension
 from crawler.fetch import DownloadHandler
 from crawler.middlewares.backoff import BackoffMiddleware
-from crawler.middlewares.deadletter import (
-    DeadLetterMiddleware,
-    DeadLetterSpiderMiddleware,
-)
+from crawler.middlewares.deadletter import DeadLetterMiddleware, DeadLetterSpiderMiddleware
 from crawler.middlewares.lock import DomainLockMiddleware
 from crawler.middlewares.robots import SharedRobotsMiddleware
 from crawler.middlewares.sizecap import SizeCapMiddleware
 from crawler.middlewares.useragent import ContactUserAgentMiddleware
-from crawler.scheduler.acks import (
-    FrontierAckDownloaderMiddleware,
-    FrontierAckSpiderMiddleware,
-)
+from crawler.scheduler.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
 from crawler.scheduler.config import SettingsError, exit_with
 from crawler.scheduler.fingerprint import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler

@@ -44,6 +44,9 @@ class Intake:
         self.empty_polls = 0
         self.call = uuid.uuid4().hex
         self.took = ""
+        self._busy_checked = -1.0
+        self._busy = True
+        self._idle_since: float | None = None
 
     def __len__(self) -> int:
         return len(self.buffer)
@@ -100,6 +103,23 @@ class Intake:
 
     def due_now(self) -> None:
         self.next_poll = 0.0
+
+    def frontier_busy(self, idle_before_close: float) -> bool:
+        """Whether the frontier (any worker's share) holds requests, or held
+        some less than ``idle_before_close`` seconds ago; Redis is asked at
+        most every 0.25 s."""
+        now = time.monotonic()
+        if now - self._busy_checked < 0.25:
+            return self._busy
+        self._busy_checked = now
+        if self.frontier.pending() > 0:
+            self._idle_since = None
+            self._busy = True
+        else:
+            if self._idle_since is None:
+                self._idle_since = now
+            self._busy = now - self._idle_since < idle_before_close
+        return self._busy
 
 
 class EngineWaker:

@@ -1,4 +1,4 @@
-"""The frontier scheduler: scrapy-redis's scheduler on the Redis frontier.
+"""The frontier scheduler: Scrapy's scheduler contract on the Redis frontier.
 
     SCHEDULER = "crawler.scheduler.FrontierScheduler"
     REQUEST_FINGERPRINTER_CLASS = "crawler.scheduler.fingerprint.Fingerprinter"
@@ -24,7 +24,6 @@ batch is stored (``crawler/frontier/duplicates``). Dequeue leases up to
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -36,12 +35,7 @@ from crawler.meta import DELAY
 from crawler.scheduler import codec
 from crawler.scheduler._stats import inc
 from crawler.scheduler.canonical import Canonicalizer
-from crawler.scheduler.config import (
-    FrontierSettings,
-    SettingsError,
-    exit_with,
-    warn_ignored,
-)
+from crawler.scheduler.config import FrontierSettings, SettingsError, exit_with, warn_ignored
 from crawler.scheduler.deadletters import DeadLetters
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
@@ -84,15 +78,10 @@ class FrontierScheduler:
         self.inbox: Inbox
         self.reports: Reports
         self._flusher: task.LoopingCall | None = None
-        self._pending_checked = -1.0
-        self._pending_cached = True
-        self._idle_since: float | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
-        from crawler.settings_check import (
-            check_settings,  # it imports this module's users
-        )
+        from crawler.settings_check import check_settings  # it imports this module's users
 
         try:
             check_settings(crawler.settings)
@@ -337,25 +326,14 @@ class FrontierScheduler:
             return True
         if self.guard.down:
             return True  # Redis away: never an idle close because of that
-        now = time.monotonic()
-        if now - self._pending_checked < 0.25:
-            return self._pending_cached
         assert self.frontier is not None
-        self._pending_checked = now
         try:
-            pending = self.frontier.pending()
+            busy = self.intake.frontier_busy(self.config.idle_before_close)
         except REDIS_ERRORS as exc:
             self.guard.failed(exc)
             return True
         self.guard.back()
-        if pending > 0:
-            self._idle_since = None
-            self._pending_cached = True
-        else:
-            if self._idle_since is None:
-                self._idle_since = now
-            self._pending_cached = now - self._idle_since < self.config.idle_before_close
-        return self._pending_cached
+        return busy
 
     def __len__(self) -> int:
         """Requests queued in the frontier plus those leased and buffered here."""

@@ -19,12 +19,7 @@ from typing import Any
 
 import scrapy
 from scrapy.http import Response, TextResponse
-from twisted.internet.error import (
-    ConnectError,
-    DNSLookupError,
-    TCPTimedOutError,
-    TimeoutError,
-)
+from twisted.internet.error import ConnectError, DNSLookupError, TCPTimedOutError, TimeoutError
 from twisted.python.failure import Failure
 
 from crawler.links import LinkExtractor

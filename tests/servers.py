@@ -12,6 +12,7 @@ from pathlib import Path
 import redis
 
 from crawler.embedded import find_redis_server
+from devkit.process import stop as stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,13 +84,7 @@ class RedisServer:
             time.sleep(0.02)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     def restart(self) -> None:

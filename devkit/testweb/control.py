@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any, NamedTuple
 
+from devkit.process import stop as stop_process
 from devkit.testweb.config import WebConfig
 
 
@@ -85,13 +86,7 @@ class TestWebProcess:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
         self.proc = None
 
     def __enter__(self) -> TestWebProcess:

@@ -7,7 +7,7 @@ demo:
 
 test:
 	@sh scripts/bootstrap dev
-	@.venv/bin/python -m pytest; rc=$$?; \
+	@.venv/bin/python -m pytest -n 2; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
 

@@ -31,25 +31,22 @@ import redis
 from twisted.internet import task
 
 from crawler.connection import RedisUnavailable, _reason, get_redis
-from crawler.meta import DELAY
 from crawler.scheduler import codec
 from crawler.scheduler._stats import inc
 from crawler.scheduler.canonical import Canonicalizer
 from crawler.scheduler.config import FrontierSettings, SettingsError, exit_with, warn_ignored
 from crawler.scheduler.deadletters import DeadLetters
-from crawler.scheduler.domains import domain_of
-from crawler.scheduler.fingerprint import url_fingerprint
 from crawler.scheduler.forwarding import Inbox, Outbox
-from crawler.scheduler.frontier import Frontier, Item
+from crawler.scheduler.frontier import Frontier
 from crawler.scheduler.intake import EngineWaker, Intake
 from crawler.scheduler.keys import Keys
 from crawler.scheduler.leases import Leases
 from crawler.scheduler.marks import Marks
+from crawler.scheduler.offers import Offers
 from crawler.scheduler.outage import REDIS_ERRORS, RedisGuard
 from crawler.scheduler.reports import Reports
 from crawler.scheduler.writes import WriteBuffer
 from crawler.settings_registry import setting
-from crawler.sharding import shard_of
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -64,18 +61,16 @@ class FrontierScheduler:
         self.server = server
         self.config = config
         self.stats = crawler.stats
-        self.dedup_start_requests = setting(crawler.settings, "CRAWLER_DEDUP_START_REQUESTS")
-        self.canonicalize = Canonicalizer(config.tracking)
         self.leases = Leases(Marks(crawler, config.delay_from))
         self.waker = EngineWaker(crawler)
         self.guard = RedisGuard(crawler.settings.get("REDIS_URL") or "", self.stats, self.waker.wake_in)
         self.spider: Spider | None = None
-        self.shards = 1
         # built in open(), once the spider (and so the frontier's keys) is known
         self.frontier: Frontier | None = None
         self.writes: WriteBuffer
         self.intake: Intake
         self.inbox: Inbox
+        self.offers: Offers
         self.reports: Reports
         self._flusher: task.LoopingCall | None = None
 
@@ -99,7 +94,6 @@ class FrontierScheduler:
         self.spider = spider
         config = self.config
         keys = Keys(config.prefix, spider.name, int(getattr(spider, "shard", config.shard)))
-        self.shards = int(getattr(spider, "shards", 1))
         self.frontier = config.frontier(self.server, keys)
         if config.flush_on_start:
             self.frontier.clear()
@@ -110,6 +104,10 @@ class FrontierScheduler:
         self.intake = Intake(self.frontier, config.prefetch, config.poll_interval,
                              self.waker.wake_in, self.stats)
         self.inbox = Inbox(self.frontier, config.batch, self.stats)
+        self.offers = Offers(spider, keys.shard, int(getattr(spider, "shards", 1)), config.forward, self.writes,
+                             self.leases, self.crawler.request_fingerprinter, self.stats,
+                             canonicalize=Canonicalizer(config.tracking),
+                             dedup_start_requests=setting(self.crawler.settings, "CRAWLER_DEDUP_START_REQUESTS"))
         dead_letters = DeadLetters(self.server, keys, setting(self.crawler.settings, "CRAWLER_DLQ_MAX"))
         self.reports = Reports(self.frontier, dead_letters, self.guard, self.stats, spider.name)
         queued = len(self)
@@ -162,39 +160,10 @@ class FrontierScheduler:
         redirect of a leased request acknowledges that lease once stored; a
         request with ``meta["crawler_delay"]`` waits in the delayed set.
         """
-        assert self.spider is not None
-        lease = self.leases.carried(request)
-        try:
-            entry = codec.encode(request, self.spider)
-        except (TypeError, ValueError) as exc:
-            logger.error("Cannot store %s in the frontier, dropped: %s", request, exc)
-            inc(self.stats, "crawler/frontier/unserializable")
-            if lease is not None:
-                self.writes.ack(self.leases.marks.ack(lease))
-            return False
-        digest = self.crawler.request_fingerprinter.fingerprint(request)
-        dont_filter = request.dont_filter and not (
-            # Scrapy's start requests skip the dupefilter; in a frontier shared
-            # by many workers (and across restarts) that means one fetch each
-            self.dedup_start_requests and request.meta.get("is_start_request")
-        )
-        item = Item(digest, domain_of(request.url), request.priority, entry, dont_filter)
-        delay = request.meta.pop(DELAY, None)
-        ack = self.leases.marks.ack(lease) if lease is not None else None
-        if delay is not None:
-            # the wait happens on the Redis server's clock, not in a worker
-            self.writes.delay(float(delay), item, ack)
-            inc(self.stats, "crawler/frontier/delayed")
-            if ack is not None:
-                self.writes.soon()
-        else:
-            self.writes.add(item)
-            if ack is not None:
-                self.writes.ack(ack)
-        inc(self.stats, "scheduler/enqueued/redis")
+        accepted = self.offers.request(request)
         if self.writes.full:
             self.guard.call(self.flush_pending)
-        return True
+        return accepted
 
     def add_urls(self, urls: Iterable[str], *, depth: int = 0, priority: int = 0,
                  canonical: bool = False) -> int:
@@ -206,27 +175,7 @@ class FrontierScheduler:
         that shard's inbox. Returns how many were offered (dedup happens in
         Redis).
         """
-        assert self.frontier is not None
-        offered = 0
-        own = self.frontier.keys.shard
-        for url in urls:
-            if not canonical:
-                try:
-                    url = self.canonicalize(url)
-                except ValueError:
-                    inc(self.stats, "crawler/frontier/invalid_urls")
-                    continue
-            domain = domain_of(url)
-            item = Item(url_fingerprint(url), domain, priority, codec.encode_url(url, depth))
-            target = shard_of(domain, self.shards) if self.shards > 1 else own
-            if target == own:
-                self.writes.add(item)
-            elif self.config.forward:
-                self.writes.outbox.add(target, item)
-            else:
-                inc(self.stats, "crawler/forward/dropped")
-                continue
-            offered += 1
+        offered = self.offers.urls(urls, depth, priority, canonical)
         if self.writes.full:
             self.guard.call(self.flush_pending)
         return offered

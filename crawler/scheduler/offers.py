@@ -1,6 +1,6 @@
 """Offers to the frontier: Scrapy requests (``enqueue_request``) and plain
-URLs (``add_urls``), made into :class:`~crawler.scheduler.frontier.Item`\ s for
-the write buffer, or for another shard's inbox."""
+URLs (``add_urls``), made into frontier items (``Item``) for the write
+buffer, or for another shard's inbox."""
 
 from __future__ import annotations
 

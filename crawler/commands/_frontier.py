@@ -17,10 +17,11 @@ def add_frontier_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", type=int, default=None, help="shard number (default: CRAWLER_SHARD)")
 
 
-def open_frontier(settings: BaseSettings, spider: str, shard: int | None,
-                  *, any_shard: bool = False) -> Frontier:
-    """An existing frontier, bare (no settings applied); UsageError if there
-    is none. With ``any_shard``, any shard of the spider will do."""
+def open_frontiers(settings: BaseSettings, spider: str, shard: int | None,
+                   *, every_shard: bool = False) -> list[Frontier]:
+    """The existing frontier of ``shard`` (None: ``CRAWLER_SHARD``), or with
+    ``every_shard`` and no ``shard``, those of every shard of the spider found
+    in Redis; bare (no settings applied). UsageError if there is none."""
     try:
         config = FrontierSettings.from_settings(settings)
         client = get_redis(settings)
@@ -29,13 +30,14 @@ def open_frontier(settings: BaseSettings, spider: str, shard: int | None,
     if shard is not None and shard < 0:
         raise UsageError(f"--shard must be >= 0, got {shard}", print_help=False)
     frontier = Frontier(client, Keys(config.prefix, spider, config.shard if shard is None else shard))
-    if any_shard:
-        if frontier.shards():
-            return frontier
+    if every_shard and shard is None:
+        shards = frontier.shards()
+        if shards:
+            return [Frontier(client, Keys(config.prefix, spider, s)) for s in shards]
         raise UsageError(f"no frontier of spider {spider!r} in Redis at {mask_url(redis_url(settings))} "
                          "(unknown spider?)", print_help=False)
     if not frontier.exists():
         raise UsageError(
             f"no frontier {frontier.keys.base} in Redis at {mask_url(redis_url(settings))} "
             "(unknown spider or shard?)", print_help=False)
-    return frontier
+    return [frontier]

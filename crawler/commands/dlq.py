@@ -11,7 +11,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
-from crawler.commands._frontier import add_frontier_options, open_frontier
+from crawler.commands._frontier import add_frontier_options, open_frontiers
 from crawler.scheduler import codec
 from crawler.scheduler.canonical import canonicalize
 from crawler.scheduler.config import FrontierSettings
@@ -50,7 +50,7 @@ class Command(ScrapyCommand):
         if opts.limit < 0:
             raise UsageError(f"--limit must be >= 0, got {opts.limit}", print_help=False)
         assert self.settings is not None
-        found = open_frontier(self.settings, args[0], opts.shard)
+        found = open_frontiers(self.settings, args[0], opts.shard)[0]
         letters = DeadLetters(found.client, found.keys)
         if opts.counts:
             counts = letters.counts()

@@ -16,10 +16,9 @@ from typing import Any
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
-from crawler.commands._frontier import add_frontier_options, open_frontier
+from crawler.commands._frontier import add_frontier_options, open_frontiers
 from crawler.scheduler.deadletters import DeadLetters
 from crawler.scheduler.frontier import Frontier
-from crawler.scheduler.keys import Keys
 
 
 def report(frontier: Frontier) -> dict[str, Any]:
@@ -102,9 +101,7 @@ class Command(ScrapyCommand):
         if opts.watch < 0:
             raise UsageError(f"--watch must be > 0, got {opts.watch:g}", print_help=False)
         assert self.settings is not None
-        found = open_frontier(self.settings, args[0], opts.shard, any_shard=opts.shard is None)
-        shards = found.shards() if opts.shard is None else [opts.shard]
-        frontiers = [Frontier(found.client, Keys(found.keys.prefix, args[0], s)) for s in shards]
+        frontiers = open_frontiers(self.settings, args[0], opts.shard, every_shard=True)
         while True:
             reports = [report(f) for f in frontiers]
             if opts.json:

@@ -56,6 +56,9 @@ class BackoffMiddleware:
             raise NotConfigured
         if not uses_frontier(crawler):
             raise NotConfigured("BackoffMiddleware needs the frontier scheduler")
+        from crawler.settings_check import check_settings  # it imports the middlewares
+
+        check_settings(settings)  # the ranges of the values read below
         self.crawler = crawler
         self.stats = crawler.stats
         self.base = setting(settings, "CRAWLER_BACKOFF_BASE")
@@ -63,8 +66,6 @@ class BackoffMiddleware:
         self.jitter = setting(settings, "CRAWLER_BACKOFF_JITTER")
         self.retry_after_max = setting(settings, "CRAWLER_RETRY_AFTER_MAX")
         self.max_attempts = setting(settings, "CRAWLER_MAX_ATTEMPTS")
-        if self.base < 0 or self.max < 0 or self.jitter < 0 or self.max_attempts < 1:
-            raise ValueError("CRAWLER_BACKOFF_BASE, _MAX, _JITTER must be >= 0 and CRAWLER_MAX_ATTEMPTS >= 1")
         self.exceptions = tuple(
             load_object(e) if isinstance(e, str) else e for e in settings.getlist("RETRY_EXCEPTIONS")
         )

@@ -1,6 +1,8 @@
 """Settings of the ``crawler`` Scrapy project.
 
-Every ``CRAWLER_*`` setting is documented in README.md ("Settings reference").
+Only the project's own choices are here: every other setting has its
+default in ``crawler/settings_registry.toml`` (README.md, "Settings
+reference").
 """
 
 import os
@@ -12,16 +14,11 @@ COMMANDS_MODULE = "crawler.commands"
 
 # Redis: REDIS_URL from the environment; unset means the embedded Redis.
 REDIS_URL = os.environ.get("REDIS_URL") or None
-CRAWLER_EMBEDDED_REDIS = True
 
 # The Redis frontier, its middlewares, extensions and download handler: the
 # same addon any Scrapy project uses (crawler/addon.py).
 ADDONS = {"crawler.addon.Addon": 0}
 SCHEDULER_PERSIST = True
-CRAWLER_DEDUP = "exact"
-CRAWLER_DOMAIN_RATE = 0.0
-CRAWLER_DOMAIN_BURST = 1
-CRAWLER_DOMAIN_DELAY = 0.0
 
 # Names in CRAWLER_HOST_MAP (empty here; devkit/settings.py maps the test
 # web's `*.test` to loopback) resolve as mapped, also for proxied requests.
@@ -38,5 +35,3 @@ DOWNLOAD_MAXSIZE = 8 * 1024 * 1024
 COOKIES_ENABLED = False
 TELNETCONSOLE_ENABLED = False
 LOG_LEVEL = "INFO"
-
-CRAWLER_PROGRESS_INTERVAL = 10.0

@@ -13,11 +13,10 @@ from scrapy import Request
 from scrapy.utils.request import request_from_dict
 
 from crawler import serializers
+from crawler.meta import LEASE
 
 if TYPE_CHECKING:
     from scrapy import Spider
-
-from crawler.meta import LEASE  # noqa: F401 - where the scheduler's users found it
 
 
 def encode_url(url: str, depth: int = 0) -> bytes:

@@ -83,8 +83,9 @@ class Inbox:
         self.next_drain = 0.0
 
     def drain(self) -> AddResult | None:
-        """Move what waits; None when not due, or Redis is out of memory
-        (``OutOfMemoryError`` is raised once the wait is set)."""
+        """Move what waits into the queues; None when not due or nothing
+        moved. An ``OutOfMemoryError`` passes through; the next drain then
+        waits a second, like one that found the inbox empty."""
         now = time.monotonic()
         if now < self.next_drain:
             return None

@@ -17,21 +17,14 @@ import redis
 from crawler.scheduler.keys import Keys
 from crawler.scheduler.marks import Ack, wire
 from crawler.scheduler.records import (
-    DEDUP_MODES,
-    AddResult,
-    Dedup,
-    Item,
-    Leased,
-    Politeness,
-    TakeResult,
-    bloom_error_rate,
-    stored_dedup,
+    DEDUP_MODES, AddResult, Dedup, Item, Leased, Politeness, TakeResult, bloom_error_rate, stored_dedup,
 )
 from crawler.scheduler.scripts import Scripts
 from crawler.scheduler.stores import DomainLocks, RobotsStore
 
 __all__ = ["DEDUP_MODES", "AddResult", "Dedup", "Frontier", "FrontierConfigError", "Item", "Leased",
            "Politeness", "TakeResult", "stored_dedup"]
+
 
 class FrontierConfigError(ValueError):
     """The settings contradict the frontier already stored in Redis."""

@@ -251,7 +251,7 @@ class FrontierScheduler:
     def _take(self) -> None:
         """One dequeue, after storing what waits and draining the inbox; the
         pending acknowledgements ride with it."""
-        if self.writes.writes:
+        if self.writes.requests_wait:
             self.flush_pending()
         try:
             drained = self.inbox.drain()

@@ -54,7 +54,7 @@ class WriteBuffer:
         return bool(self.items or self.delays or self.outbox or self.acks)
 
     @property
-    def writes(self) -> bool:
+    def requests_wait(self) -> bool:
         """Requests wait (not just acknowledgements)."""
         return bool(self.items or self.delays or self.outbox)
 

@@ -24,6 +24,7 @@ from crawler.extensions.progress import Progress
 from crawler.extensions.statsfile import StatsFile
 from crawler.extensions.warc import WarcExtension
 from crawler.fetch import DownloadHandler
+from crawler.lean import LogFormatter, MemoryStats
 from crawler.middlewares.backoff import BackoffMiddleware
 from crawler.middlewares.deadletter import DeadLetterMiddleware, DeadLetterSpiderMiddleware
 from crawler.middlewares.lock import DomainLockMiddleware
@@ -95,6 +96,8 @@ class Addon:
         settings.set("SCHEDULER", FrontierScheduler, "addon")
         settings.set("REQUEST_FINGERPRINTER_CLASS", Fingerprinter, "addon")
         settings.set("DUPEFILTER_CLASS", BaseDupeFilter, "addon")  # dedup happens in Redis
+        settings.set("STATS_CLASS", MemoryStats, "addon")
+        settings.set("LOG_FORMATTER", LogFormatter, "addon")
         self.update_pre_crawler_settings(settings)
         for cls in REPLACED:
             settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, None)

@@ -3,13 +3,15 @@ server side), certificate verification off by default and on by setting."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from pathlib import Path
 
 import pytest
 from OpenSSL import SSL
 from scrapy.settings import Settings
 
-from crawler.fetch._tls import TLS
+from crawler.fetch._tls import TLS, TLSProtocol
 from crawler.scheduler.config import SettingsError
 from crawler.settings_check import check_settings
 from tests.servers import run_scrapy, scrapy_env
@@ -34,8 +36,9 @@ def pages(web) -> int:
 
 def test_sessions_are_resumed_per_host(redis_url: str, make_web, tmp_path: Path) -> None:
     web = make_web(**WEB)
-    result = crawl(web, tmp_path, redis_url)  # billion: a new connection per request
+    result = crawl(web, tmp_path, redis_url, "LOG_LEVEL=DEBUG")  # billion: a new connection per request
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "Using asyncio event loop: uvloop.Loop" in result.stderr  # the project's loop
     counters = web.counters()  # its own connection is the only one not the crawler's
     assert counters["tls_handshakes"] == counters["connections"] == 39 + 3 + 1
     # every connection but the first to each host resumes its session
@@ -79,3 +82,47 @@ def test_context_follows_the_settings(verify: bool) -> None:
         check_settings(Settings({"CRAWLER_TLS_GROUPS": "nonsense"}))
     with pytest.raises(ValueError, match="CRAWLER_TLS_GROUPS: OpenSSL knows none of 'nonsense'"):
         TLS(Settings({"CRAWLER_TLS_GROUPS": "nonsense"}))
+
+
+class _Page(asyncio.Protocol):
+    """Reads one answer, then aborts: no close_notify from this side's close()."""
+
+    def __init__(self) -> None:
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def eof_received(self) -> None:
+        self.transport.abort()  # type: ignore[attr-defined]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.done.set_result(None)
+
+
+async def _fetch_and_abort(tls: TLS, host: str, port: int, path: str) -> bool:
+    page = _Page()
+    protocol = TLSProtocol(tls.connection(host), page)
+    await asyncio.get_running_loop().create_connection(lambda: protocol, "127.0.0.1", port)
+    await protocol.ready
+    protocol.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    await page.done
+    tls.keep(host, protocol.tls)
+    return protocol.resumed
+
+
+def test_session_stays_resumable_after_an_abort(make_web) -> None:
+    web = make_web(**WEB)
+    host, port = web.domains[0], int(web.base.rpartition(":")[2])
+
+    async def main() -> list[bool]:
+        tls = TLS(Settings())
+        resumed = []
+        for k in range(4):
+            resumed.append(await _fetch_and_abort(tls, host, port, f"/p/{k}.html"))
+            gc.collect()  # the connection is freed: OpenSSL judges how it ended
+        return resumed
+
+    # each connection resumes the ticket the one before it ended with
+    assert asyncio.run(main()) == [False, True, True, True]
+    assert web.counters()["tls_resumed"] == 3

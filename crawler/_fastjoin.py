@@ -3,7 +3,8 @@
 Most links on a page are plain relative paths (``../std/index.html``,
 ``/about``) or absolute URLs with a plain lower-case host. For those the
 WHATWG algorithm reduces to string work: join to the base's directory or
-origin, then remove dot segments. Everything else (a query, a ``%``, a port,
+origin, then remove dot segments. A port is kept when WHATWG keeps it as
+written. Everything else (a query, a ``%``, a default or zero-padded port,
 non-ASCII, a backslash, ``//host``, an IPv4-looking or punycode host...)
 returns ``None`` and goes to the full parser. ``tests/test_fastjoin.py``
 checks this module against ada on generated hrefs.
@@ -22,10 +23,18 @@ _ROOTED = re.compile(r"/(?!/)" + _PATH)
 # a relative path, its leading "../" counted apart: the common way up
 _RELATIVE = re.compile(r"((?:\.\./)*)(?!/)(" + _PATH + ")")
 # lower-case ASCII labels without "--" (no punycode), the last one starting
-# with a letter (so never parsed as an IPv4 address), no port
+# with a letter (so never parsed as an IPv4 address); a port without leading
+# zeros, checked by _origin (in range, not the scheme's default)
 _ABSOLUTE = re.compile(
-    r"(https?://(?:[a-z0-9]+(?:-[a-z0-9]+)*\.)*[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(/" + _PATH + ")?"
+    r"(https?://(?:[a-z0-9]+(?:-[a-z0-9]+)*\.)*[a-z][a-z0-9]*(?:-[a-z0-9]+)*(?::([1-9][0-9]{0,4}))?)"
+    r"(/" + _PATH + ")?"
 )
+_DEFAULT_PORT = {"4": "80", "5": "443"}  # by the length of "http:" / "https:"
+
+
+def _origin(origin: str, port: str | None) -> bool:
+    """Whether WHATWG serialises ``origin`` as written: its port, if any, is kept."""
+    return port is None or (int(port) <= 65535 and port != _DEFAULT_PORT[str(origin.find(":"))])
 
 
 def _remove_dots(path: str) -> str:
@@ -61,9 +70,8 @@ class FastJoin:
         self.origin = ""
         self.directory = ""
         plain = _ABSOLUTE.fullmatch(base.split("#", 1)[0].split("?", 1)[0])
-        if plain is not None:  # the usual case: a canonical URL, no parse needed
-            self.origin, path = plain.groups()
-            path = _remove_dots(path or "/")
+        if plain is not None and _origin(plain[1], plain[2]):  # the usual case: no parse needed
+            self.origin, path = plain[1], _remove_dots(plain[3] or "/")
         else:
             try:
                 parts = parse_url(base)
@@ -78,9 +86,9 @@ class FastJoin:
     def join(self, href: str) -> str | None:
         if href.startswith(("http://", "https://")):
             match = _ABSOLUTE.fullmatch(href)
-            if match is None:
+            if match is None or not _origin(match[1], match[2]):
                 return None
-            origin, path = match.groups()
+            origin, path = match[1], match[3]
             if not path:
                 return origin + "/"
         elif not self.origin or not href:

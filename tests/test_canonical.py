@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from scrapy import Request
 
 from crawler.scheduler.canonical import Canonicalizer, _normalise_escapes, canonicalize
+from crawler.scheduler.domains import domain_of, host_of, registered_domain
 from crawler.scheduler.fingerprint import Fingerprinter
 
 label = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=10)
@@ -110,3 +111,25 @@ def test_method_and_body_count_when_not_a_plain_get() -> None:
     post = fp.fingerprint(Request("http://a.com/form", method="POST", body=b"x=1"))
     post2 = fp.fingerprint(Request("http://a.com/form", method="POST", body=b"x=2"))
     assert len({get, post, post2}) == 3
+
+
+@pytest.mark.parametrize(("url", "domain"), [
+    ("https://www.bbc.co.uk/news", "bbc.co.uk"),
+    ("https://user:pw@shop.example.com:8443/a?b=/c", "example.com"),
+    ("http://host.example.org?x=/y", "example.org"),
+    ("http://host.example.org#x/y", "example.org"),
+    ("https://d17.test:4443", "d17.test"),
+    ("http://[::1]:8080/x", "[::1]"),
+    ("http://127.0.0.1/x", "127.0.0.1"),
+])
+def test_domain_of_url(url: str, domain: str) -> None:
+    assert domain_of(url) == domain
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["http://", "https://", "", "//"]), st.sampled_from(["", "u@", "u:p@", "a@b@"]), host,
+       st.sampled_from(["", ":80", ":8443"]), st.sampled_from(["", "/", "/a/b", "?q=/x", "#f/g", "/x?y#z"]))
+def test_domain_of_is_the_domain_of_the_url_s_host(scheme: str, userinfo: str, h: str, port: str,
+                                                   rest: str) -> None:
+    url = scheme + userinfo + h + port + rest  # cached by origin: the same answer as from the host
+    assert domain_of(url) == registered_domain(host_of(url))

@@ -32,4 +32,13 @@ def host_of(url: str) -> str:
 
 
 def domain_of(url: str) -> str:
-    return registered_domain(host_of(url))
+    start = url.find("//")
+    if start < 0:
+        return registered_domain(host_of(url))
+    end = url.find("/", start + 2)  # a page's links share a few origins: cached by origin
+    return _origin_domain(url if end < 0 else url[:end])
+
+
+@lru_cache(maxsize=200_000)
+def _origin_domain(origin: str) -> str:
+    return registered_domain(host_of(origin))

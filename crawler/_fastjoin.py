@@ -64,11 +64,12 @@ class FastJoin:
     is not ``None``.
     """
 
-    __slots__ = ("origin", "directory")
+    __slots__ = ("origin", "directory", "valid")
 
     def __init__(self, base: str) -> None:
         self.origin = ""
         self.directory = ""
+        self.valid = True  # a base WHATWG refuses makes every join fail
         plain = _ABSOLUTE.fullmatch(base.split("#", 1)[0].split("?", 1)[0])
         if plain is not None and _origin(plain[1], plain[2]):  # the usual case: no parse needed
             self.origin, path = plain[1], _remove_dots(plain[3] or "/")
@@ -76,6 +77,7 @@ class FastJoin:
             try:
                 parts = parse_url(base)
             except ValueError:
+                self.valid = False
                 return
             if parts["protocol"] not in ("http:", "https:") or parts["username"] or parts["password"]:
                 return
@@ -84,6 +86,8 @@ class FastJoin:
         self.directory = path[: path.rfind("/") + 1]
 
     def join(self, href: str) -> str | None:
+        if not self.valid:
+            return None
         if href.startswith(("http://", "https://")):
             match = _ABSOLUTE.fullmatch(href)
             if match is None or not _origin(match[1], match[2]):

@@ -77,6 +77,7 @@ def test_the_fast_path_is_taken_for_plain_links() -> None:
                  "https://xn--bcher-kva.de/", "http://x.org:80/", "https://x.org:0443/", "é.html", "a\\b", ""):
         assert FastJoin(base).join(href) is None, href
     assert FastJoin("ftp://x.com/a").join("b") is None
+    assert FastJoin("http://x.com:65536/a").join("https://y.org/g") is None  # ada refuses the base
 
 
 def test_generated_cases_reach_the_fast_path() -> None:

@@ -59,7 +59,7 @@ def _check(settings: BaseSettings) -> None:
     try:
         parse_host_map(settings.getdict("CRAWLER_HOST_MAP"))
         Allowed(settings.getlist("CRAWLER_ALLOW_PRIVATE"))
-        check_groups(setting(settings, "CRAWLER_TLS_GROUPS"))
+        check_groups(setting(settings, "CRAWLER_TLS_GROUPS"), setting(settings, "CRAWLER_TLS13_CIPHERSUITES"))
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
 

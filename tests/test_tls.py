@@ -82,6 +82,8 @@ def test_context_follows_the_settings(verify: bool) -> None:
         check_settings(Settings({"CRAWLER_TLS_GROUPS": "nonsense"}))
     with pytest.raises(ValueError, match="CRAWLER_TLS_GROUPS: OpenSSL knows none of 'nonsense'"):
         TLS(Settings({"CRAWLER_TLS_GROUPS": "nonsense"}))
+    with pytest.raises(SettingsError, match="CRAWLER_TLS13_CIPHERSUITES: OpenSSL knows none of 'AES'"):
+        check_settings(Settings({"CRAWLER_TLS13_CIPHERSUITES": "AES"}))
 
 
 class _Page(asyncio.Protocol):
@@ -100,7 +102,7 @@ class _Page(asyncio.Protocol):
         self.done.set_result(None)
 
 
-async def _fetch_and_abort(tls: TLS, host: str, port: int, path: str) -> bool:
+async def _fetch_and_abort(tls: TLS, host: str, port: int, path: str) -> TLSProtocol:
     page = _Page()
     protocol = TLSProtocol(tls.connection(host), page)
     await asyncio.get_running_loop().create_connection(lambda: protocol, "127.0.0.1", port)
@@ -108,7 +110,24 @@ async def _fetch_and_abort(tls: TLS, host: str, port: int, path: str) -> bool:
     protocol.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
     await page.done
     tls.keep(host, protocol.tls)
-    return protocol.resumed
+    return protocol
+
+
+@pytest.mark.parametrize(("suites", "negotiated"), [
+    (None, "TLS_AES_128_GCM_SHA256"),  # browsers' order, taken by the test web as by nginx
+    ("TLS_CHACHA20_POLY1305_SHA256:TLS_AES_128_GCM_SHA256", "TLS_CHACHA20_POLY1305_SHA256"),
+    ("", "TLS_AES_256_GCM_SHA384"),  # OpenSSL's own order
+])
+def test_tls13_suites_offered_in_the_configured_order(make_web, suites: str | None, negotiated: str) -> None:
+    web = make_web(**WEB)
+    host, port = web.domains[0], int(web.base.rpartition(":")[2])
+    settings = Settings() if suites is None else Settings({"CRAWLER_TLS13_CIPHERSUITES": suites})
+
+    async def main() -> str | None:
+        protocol = await _fetch_and_abort(TLS(settings), host, port, "/p/0.html")
+        return protocol.tls.get_cipher_name()
+
+    assert asyncio.run(main()) == negotiated
 
 
 def test_session_stays_resumable_after_an_abort(make_web) -> None:
@@ -119,7 +138,7 @@ def test_session_stays_resumable_after_an_abort(make_web) -> None:
         tls = TLS(Settings())
         resumed = []
         for k in range(4):
-            resumed.append(await _fetch_and_abort(tls, host, port, f"/p/{k}.html"))
+            resumed.append((await _fetch_and_abort(tls, host, port, f"/p/{k}.html")).resumed)
             gc.collect()  # the connection is freed: OpenSSL judges how it ended
         return resumed
 

@@ -53,6 +53,9 @@ def tls_context(config: WebConfig, ca_file: Path) -> ssl.SSLContext:
         context = contexts.get(name)
         if context is None:
             context = contexts[name] = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            # the client's order of cipher suites wins, as by default in nginx
+            # and Apache (Python's servers impose their own)
+            context.options &= ~ssl.OP_CIPHER_SERVER_PREFERENCE
             ca.issue_cert(name).configure_cert(context)
         return context
 

@@ -243,6 +243,8 @@ def check_groups(groups: str, suites: str = "") -> None:
 
 
 def _is_address(host: str) -> bool:
+    if ":" not in host and not host[-1:].isdigit():
+        return False  # a name: no IPv6 colon, and no IPv4 address ends in a letter
     try:
         ipaddress.ip_address(host)
     except ValueError:

@@ -148,6 +148,7 @@ class WarcWriter:
         self.on_file = on_file
         self.queue: queue.Queue[Page | None] = queue.Queue(maxsize=max(max_queued, 1))
         self.file: IO[bytes] | None = None
+        self.size = 0  # bytes written to the current file
         self.count = 0
         self.blocked = 0.0  # seconds put() waited for room
         self.error: BaseException | None = None
@@ -211,11 +212,19 @@ class WarcWriter:
             self.count += 1
             path = self.name_file(self.count)
             self.file = open(path, "xb", buffering=0)  # a member reaches the OS whole
-            self.file.write(gzip_member(warcinfo_record(path.name, {
+            self.size = 0
+            self._put(gzip_member(warcinfo_record(path.name, {
                 "software": "polite-crawler", "format": "WARC File Format 1.1"}), self.level))
             if self.on_file is not None:
                 self.on_file(path)
         for record in page_records(page):
-            self.file.write(gzip_member(record, self.level))
-        if self.file.tell() >= self.max_bytes:
+            self._put(gzip_member(record, self.level))
+        if self.size >= self.max_bytes:
             self._close_file()
+
+    def _put(self, data: bytes) -> None:
+        assert self.file is not None
+        view = memoryview(data)
+        while view:  # an unbuffered write may take less than it was given
+            view = view[self.file.write(view) or 0:]
+        self.size += len(data)

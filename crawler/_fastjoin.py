@@ -29,12 +29,11 @@ _ABSOLUTE = re.compile(
     r"(https?://(?:[a-z0-9]+(?:-[a-z0-9]+)*\.)*[a-z][a-z0-9]*(?:-[a-z0-9]+)*(?::([1-9][0-9]{0,4}))?)"
     r"(/" + _PATH + ")?"
 )
-_DEFAULT_PORT = {"4": "80", "5": "443"}  # by the length of "http:" / "https:"
 
 
 def _origin(origin: str, port: str | None) -> bool:
     """Whether WHATWG serialises ``origin`` as written: its port, if any, is kept."""
-    return port is None or (int(port) <= 65535 and port != _DEFAULT_PORT[str(origin.find(":"))])
+    return port is None or (int(port) <= 65535 and port != ("443" if origin.startswith("https") else "80"))
 
 
 def _remove_dots(path: str) -> str:

@@ -10,7 +10,6 @@ import tldextract
 _extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
 
-@lru_cache(maxsize=200_000)
 def registered_domain(host: str) -> str:
     """``www.bbc.co.uk`` -> ``bbc.co.uk``; names without a public suffix
     (``d0.test``, ``localhost``, IP addresses) stand for themselves."""
@@ -39,6 +38,6 @@ def domain_of(url: str) -> str:
     return _origin_domain(url if end < 0 else url[:end])
 
 
-@lru_cache(maxsize=200_000)
+@lru_cache(maxsize=200_000)  # the one cache: registered_domain is called through it
 def _origin_domain(origin: str) -> str:
     return registered_domain(host_of(origin))

@@ -234,7 +234,7 @@ def _set_suites(context: SSL.Context, suites: str) -> None:
             raise ValueError(f"CRAWLER_TLS13_CIPHERSUITES: OpenSSL knows none of {suites!r}") from None
 
 
-def check_groups(groups: str, suites: str = "") -> None:
+def check_lists(groups: str, suites: str) -> None:
     """ValueError unless OpenSSL knows one of ``groups`` (``CRAWLER_TLS_GROUPS``)
     and one of ``suites`` (``CRAWLER_TLS13_CIPHERSUITES``)."""
     context = SSL.Context(SSL.TLS_CLIENT_METHOD)

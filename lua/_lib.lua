@@ -91,10 +91,10 @@ end
 -- Acknowledgements: "<id>" or "<id>:<age>:<dur>", age = ms since the
 -- request's politeness mark (its response began or ended, as the worker's
 -- CRAWLER_DELAY_FROM says), dur = ms the fetch took. The mark is placed on
--- this server's clock, 1 ms late rather than early.
-local function ack_all(base, ids)
+-- this server's clock, 1 ms late rather than early. ``now``: the caller's
+-- reading of that clock, if it took one (else read here, when first needed).
+local function ack_all(base, ids, now)
   local acked = 0
-  local now = nil
   for _, ack in ipairs(ids) do
     local id, age, dur = ack, nil, nil
     local c = string.find(ack, ':', 1, true)

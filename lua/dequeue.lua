@@ -30,13 +30,15 @@ local d_rate, d_burst, d_delay = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(
 local call = ARGV[6]
 if ARGV[7] ~= '' then redis.call('DEL', base .. ':call:' .. ARGV[7]) end
 local acks = read_list(8)
-ack_all(base, acks)
+-- one reading of the clock for the acks and the take, so the take sees the
+-- marks as the acks placed them (1 ms late), however long this call runs
+local now = now_ms()
+ack_all(base, acks, now)
 local replay_key = base .. ':call:' .. call
 if call ~= '' then
   local done = redis.call('GET', replay_key)
   if done then return cmsgpack.unpack(done) end
 end
-local now = now_ms()
 local stats = base .. ':stats'
 local ready = base .. ':ready'
 

@@ -6,11 +6,19 @@ most ``max_head`` bytes), then the body framed by ``Content-Length``,
 ``chunked`` or the connection's end, decoded as it arrives and kept to
 ``limit`` bytes. Parsing happens in the transport's callbacks: no task
 wakes up until the exchange is over.
+
+Tolerated as browsers and Scrapy's handler do: lines ended by a bare LF
+(head and chunk lines), header lines without a colon (skipped, counted in
+``bad_header_lines``), repeated identical ``Content-Length`` values, spaces
+and tabs after a chunk size. Refused, never guessed: ``Transfer-Encoding``
+with ``Content-Length``, a ``Transfer-Encoding`` other than ``chunked``,
+differing lengths, chunk sizes that are not plain hex digits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import TYPE_CHECKING
 
 from scrapy.exceptions import DownloadCancelledError, DownloadFailedError
@@ -28,6 +36,8 @@ if TYPE_CHECKING:
 
 HeaderList = list[tuple[bytes, bytes]]
 _CHUNK_LINE_MAX = 4096
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}[ \t]*")  # up to the ";" of an extension
 
 
 class HeadTooLarge(DownloadFailedError):
@@ -42,17 +52,23 @@ class Exchange:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.on_head = on_head  # False: stop at the headers
         self.limit = limit  # decoded bytes kept; one more marks a cut
-        self.maxsize = maxsize  # bytes received before the download fails (0: none)
+        self.maxsize = maxsize  # bytes received, or decoded, before the download fails (0: none)
+        # decoded bytes kept; one more is a cut (the page cap) or, under maxsize, a failure
+        self.cap = min(limit, maxsize) if maxsize else limit
         self.max_head = max_head
         self.head_only = head_only
         self.buffer = bytearray()
         self.status = 0
+        self.version = b""  # as the server said: b"HTTP/1.1", b"HTTP/1.0"
         self.headers: HeaderList = []
+        self.bad_header_lines = 0  # skipped: no colon
         self.in_body = False
         self.length = -1  # bytes of body left; -1: until the connection ends
+        self.until_close = False  # the body is framed by the connection's end
         self.chunked = False
-        self.chunk_left = 0  # >0: data, -1: CRLF after data, -2: trailers
+        self.chunk_left = 0  # >0: data, -1: line end after data, -2: trailers
         self.decoder: Decoder | None = None
+        self.codings_left: list[bytes] = []  # Content-Encoding not undone here, in the header's order
         self.parts: list[bytes] = []
         self.kept = 0
         self.received = 0
@@ -75,13 +91,13 @@ class Exchange:
             return
         self.buffer += data
         while not self.in_body:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end == -1 or end > self.max_head:
-                if end > self.max_head or len(self.buffer) > self.max_head:
+            match = _HEAD_END.search(self.buffer)
+            if match is None or match.start() > self.max_head:
+                if match is not None or len(self.buffer) > self.max_head:
                     self.fail(HeadTooLarge(f"response headers over {self.max_head} bytes"))
                 return
-            head = bytes(self.buffer[:end])
-            del self.buffer[:end + 4]
+            head = bytes(self.buffer[:match.start()])
+            del self.buffer[:match.end()]
             if not self._head(head):
                 return
         rest = bytes(self.buffer)
@@ -94,55 +110,79 @@ class Exchange:
             self._body(rest)
 
     def _head(self, head: bytes) -> bool:
-        lines = head.split(b"\r\n")
-        version, _, rest = lines[0].partition(b" ")
+        lines = head.split(b"\n")
+        status_line = lines[0].rstrip(b"\r")
+        version, _, rest = status_line.partition(b" ")
         code = rest[:3]
         if not version.startswith(b"HTTP/1.") or not code.isdigit():
-            self.fail(DownloadFailedError(f"not an HTTP/1.x response: {lines[0][:80]!r}"))
+            self.fail(DownloadFailedError(f"not an HTTP/1.x response: {status_line[:80]!r}"))
             return False
         status = int(code)
         if 100 <= status < 200 and status != 101:
             return True  # interim response: the real one follows
         headers: HeaderList = []
         for line in lines[1:]:
+            if line[-1:] == b"\r":
+                line = line[:-1]
             if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
                 name, value = headers[-1]
                 headers[-1] = (name, value + b" " + line.strip())
                 continue
             name, colon, value = line.partition(b":")
-            if not colon or not name.strip():
-                self.fail(DownloadFailedError(f"malformed header line {line[:80]!r}"))
-                return False
-            headers.append((name.strip(), value.strip()))
-        self.status, self.headers, self.in_body = status, headers, True
+            name = name.strip()
+            if not colon or not name:
+                self.bad_header_lines += 1
+                continue
+            headers.append((name, value.strip()))
+        self.status, self.version, self.headers, self.in_body = status, version, headers, True
         self.keep_alive = version == b"HTTP/1.1"
-        lengths: set[bytes] = set()
+        lengths: list[bytes] = []
+        transfer: list[bytes] = []
+        codings: list[bytes] = []
         for name, value in headers:
             lower = name.lower()
             if lower == b"content-length":
-                lengths.add(value)
-            elif lower == b"transfer-encoding" and b"chunked" in value.lower():
-                self.chunked = True
+                lengths += value.split(b",")
+            elif lower == b"transfer-encoding":
+                transfer += value.split(b",")
             elif lower == b"connection" and b"close" in value.lower():
                 self.keep_alive = False
-            elif lower == b"content-encoding" and value:
-                self.decoder = decoder(value)
-        if self.head_only or status in (204, 304):
+            elif lower == b"content-encoding":
+                codings.append(value)
+        no_body = self.head_only or status in (204, 304)
+        if no_body:
             self.length = 0
-        elif self.chunked:
-            self.length = -1
+        elif transfer:
+            if lengths:
+                return self._refuse("ambiguous framing: both Transfer-Encoding and Content-Length")
+            if [t.strip().lower() for t in transfer] != [b"chunked"]:
+                return self._refuse(f"ambiguous framing: Transfer-Encoding {b','.join(transfer)[:80]!r}, not chunked")
+            self.chunked = True
         elif lengths:
-            if len(lengths) > 1 or not next(iter(lengths)).isdigit():
-                self.fail(DownloadFailedError(f"bad Content-Length {sorted(lengths)!r}"))
-                return False
-            self.length = int(next(iter(lengths)))
+            values = {v.strip() for v in lengths}
+            if len(values) > 1 or not next(iter(values)).isdigit():
+                return self._refuse(f"bad Content-Length {b','.join(lengths)[:80]!r}")
+            self.length = int(next(iter(values)))
+            if len(lengths) > 1:  # one value, as Scrapy's handler gives it
+                headers[:] = [h for h in headers if h[0].lower() != b"content-length"]
+                headers.append((b"Content-Length", str(self.length).encode()))
         else:
-            self.keep_alive = False  # the body ends with the connection
+            self.until_close = True
+            self.keep_alive = False
+        if codings and not no_body:
+            try:
+                self.decoder, self.codings_left = decoder(codings)
+            except ValueError as e:
+                return self._refuse(f"cannot decode the body: {e}")
         if not self.on_head(self):
             self.cut = True
             self.finish()
             return False
         return True
+
+    def _refuse(self, reason: str) -> bool:
+        self.fail(DownloadFailedError(reason))
+        return False
 
     def _body(self, data: bytes) -> None:
         if self.chunked:
@@ -172,14 +212,14 @@ class Exchange:
                 if not self.chunk_left:
                     self.chunk_left = -1
                 continue
-            end = buffer.find(b"\r\n", pos)
+            end = buffer.find(b"\n", pos)
             if end == -1:
                 if len(buffer) - pos > _CHUNK_LINE_MAX:
                     self.fail(DownloadFailedError("chunk size line too long"))
                 break
-            line = bytes(buffer[pos:end])
-            pos = end + 2
-            if self.chunk_left == -1:  # the CRLF closing a chunk's data
+            line = bytes(buffer[pos:end - 1 if end > pos and buffer[end - 1] == 13 else end])
+            pos = end + 1
+            if self.chunk_left == -1:  # the line end closing a chunk's data
                 if line:
                     self.fail(DownloadFailedError("malformed chunked body"))
                     break
@@ -188,14 +228,11 @@ class Exchange:
                 if not line:
                     self.finish()
             else:
-                size = line.split(b";", 1)[0].strip()
-                try:
-                    self.chunk_left = int(size, 16)
-                except ValueError:
+                size = line.split(b";", 1)[0]
+                if _CHUNK_SIZE.fullmatch(size) is None:
                     self.fail(DownloadFailedError(f"bad chunk size {size[:20]!r}"))
                     break
-                if self.chunk_left == 0:
-                    self.chunk_left = -2
+                self.chunk_left = int(size, 16) or -2
         del buffer[:pos]
 
     def _keep(self, data: bytes) -> None:
@@ -205,7 +242,7 @@ class Exchange:
         if self.maxsize and self.received > self.maxsize:
             self.fail(DownloadCancelledError(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes)"))
             return
-        room = self.limit + 1 - self.kept
+        room = self.cap + 1 - self.kept
         if self.decoder is not None:
             try:
                 data = self.decoder.feed(data, room)
@@ -217,7 +254,11 @@ class Exchange:
         if data:
             self.parts.append(data)
             self.kept += len(data)
-        if self.kept > self.limit:
+        if self.kept > self.cap:
+            if self.cap < self.limit:
+                self.fail(DownloadCancelledError(
+                    f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes) once decoded"))
+                return
             self.cut = True
             self.finish()
 
@@ -239,7 +280,7 @@ class Exchange:
         if not self.in_body:
             reason = f": {error}" if error else ""
             self.fail(DownloadFailedError(f"connection closed before the response{reason}"))
-        elif self.length == -1 and not self.chunked:
+        elif self.until_close:
             self.finish()  # a body framed by the connection's end
         else:
             self.dataloss = True

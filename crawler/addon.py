@@ -19,6 +19,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.python import global_object_name
 
 from crawler.connection import RedisUnavailable, configured_url
+from crawler.extensions.looplag import LoopLagProbe
 from crawler.extensions.metrics import MetricsExtension
 from crawler.extensions.progress import Progress
 from crawler.extensions.statsfile import StatsFile
@@ -63,7 +64,7 @@ SPIDER_MIDDLEWARES = {
     FrontierAckSpiderMiddleware: 10,
     DeadLetterSpiderMiddleware: 20,
 }
-EXTENSIONS = {Progress: 500, StatsFile: 510, WarcExtension: 520, MetricsExtension: 530}
+EXTENSIONS = {Progress: 500, StatsFile: 510, WarcExtension: 520, MetricsExtension: 530, LoopLagProbe: 540}
 
 
 class Addon:

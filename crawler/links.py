@@ -16,12 +16,15 @@ from ada_url import join_url
 from selectolax.lexbor import LexborHTMLParser
 
 from crawler._fastjoin import FastJoin
+from crawler.robots import meta_nofollow
 from crawler.scheduler.canonical import Canonicalizer, canonicalize
 
-# fragment-only links are left out in C already
+# fragment-only links are left out in C already; <meta name content> for
+# page-level robots directives
 _ANCHORS = 'base[href], a[href]:not([href^="#"])'
-_FOLLOWED = 'base[href], a[href]:not([href^="#"]):not([rel~="nofollow" i])'
+_FOLLOWED = 'base[href], meta[name][content], a[href]:not([href^="#"]):not([rel~="nofollow" i])'
 _BASE_TAG = LexborHTMLParser("<base>").css_first("base").tag_id
+_META_TAG = LexborHTMLParser("<meta>").css_first("meta").tag_id
 _tag_id = attrgetter("tag_id")
 _SKIP = ("javascript:", "mailto:", "tel:", "data:", "JAVASCRIPT:", "MAILTO:", "TEL:", "DATA:")
 
@@ -33,7 +36,8 @@ class LinkExtractor:
     ``tel:`` and ``data:`` links are skipped, as is everything that is not
     http(s) once resolved, and URLs longer than ``max_length``. With
     ``nofollow=True`` anchors with ``rel="nofollow"`` are skipped (a URL the
-    page also links without it is kept).
+    page also links without it is kept), and :meth:`page` reads the page's
+    ``<meta name="robots">`` directives.
     """
 
     def __init__(self, canonicalizer: Canonicalizer = canonicalize, *, nofollow: bool = True,
@@ -47,9 +51,19 @@ class LinkExtractor:
         self.max_length = max_length
 
     def __call__(self, body: bytes, url: str) -> list[str]:
+        return self.page(body, url)[0]
+
+    def page(self, body: bytes, url: str, agent: str = "") -> tuple[list[str], bool]:
+        """The page's links, and whether a ``<meta name="robots">`` (or one
+        named ``agent``) says ``nofollow`` or ``none``: then no links."""
         tree = LexborHTMLParser(body)
-        # one walk of the tree, in C: the base and the anchors worth reading
+        # one walk of the tree, in C: the base, the metas and the anchors worth reading
         nodes = tree.css(self.selector)
+        if _META_TAG in map(_tag_id, nodes):
+            metas = [(n.attrs.get("name"), n.attrs.get("content")) for n in nodes if n.tag_id == _META_TAG]
+            if meta_nofollow(metas, agent):
+                return [], True
+            nodes = [node for node in nodes if node.tag_id != _META_TAG]
         base = url
         if _BASE_TAG in map(_tag_id, nodes):
             href = next(n for n in nodes if n.tag_id == _BASE_TAG).attrs.get("href", "").strip()
@@ -81,4 +95,4 @@ class LinkExtractor:
                 link = self.canonical(absolute)
             if len(link) <= self.max_length:
                 found[link] = None
-        return list(found)
+        return list(found), False

@@ -19,7 +19,7 @@ from crawler.scheduler.canonical import canonicalize
 @dataclass(frozen=True)
 class Seed:
     url: str
-    fallback: str | None = None  # http:// when https:// fails, for bare domains
+    fallback: str | None = None  # the other scheme, tried once when this one cannot connect
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,9 @@ def parse_seeds(lines: Iterable[str]) -> tuple[list[Seed], list[SeedError]]:
             if "://" in text:
                 if not text.lower().startswith(("http://", "https://")):
                     raise ValueError("only http(s) URLs can be seeds")
-                seeds.append(Seed(canonicalize(text)))
+                url = canonicalize(text)
+                scheme, rest = url.split("://", 1)
+                seeds.append(Seed(url, ("http://" if scheme == "https" else "https://") + rest))
                 continue
             fields = [f.strip() for f in text.split(",")]
             if column is None and number == 1 and not fields[0].isdigit():

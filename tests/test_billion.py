@@ -108,7 +108,7 @@ def test_seed_formats_and_bad_lines() -> None:
     ])
     assert [s.url for s in seeds] == ["https://example.com/", "https://example.org/", "https://bare.net/",
                                       "https://www.x.io/start"]
-    assert seeds[0].fallback == "http://example.com/" and seeds[3].fallback is None
+    assert seeds[0].fallback == "http://example.com/" and seeds[3].fallback == "http://www.x.io/start"
     assert [(e.line, e.reason) for e in errors] == [
         (7, "not a domain name"), (8, "only http(s) URLs can be seeds"),
         (9, "expected 'rank,domain', a domain or a URL")]

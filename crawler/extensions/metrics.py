@@ -66,6 +66,10 @@ class _Collector:
 
             uptime.add_metric(self.labels, (datetime.now(timezone.utc) - start).total_seconds())
         yield uptime
+        lag = GaugeMetricFamily("crawler_loop_lag_max_seconds",
+                                "Longest the event loop was late running a timer, this crawl", labels=names)
+        lag.add_metric(self.labels, float(stats.get("crawler/loop/lag_max_ms", 0)) / 1000)
+        yield lag
         scheduler = frontier_scheduler(self.crawler)
         if scheduler is None or scheduler.frontier is None:
             return

@@ -5,8 +5,8 @@ Bodies are cut at ``CRAWLER_MAX_PAGE_BYTES`` (250,000): the download stops
 body is trimmed to exactly that many bytes and flagged ``truncated``
 (``response.meta["crawler_truncated"]`` is True). With ``CRAWLER_HTML_ONLY``,
 a response whose Content-Type is not HTML is stopped at its headers and
-never downloaded. robots.txt requests have their own limit (500 KiB) and
-are never filtered by type.
+never downloaded. robots.txt requests have their own limit
+(``CRAWLER_ROBOTS_MAX_BYTES``) and are never filtered by type.
 """
 
 from __future__ import annotations
@@ -25,13 +25,11 @@ if TYPE_CHECKING:
     from scrapy.http import Headers, Response
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
-ROBOTS_MAX_BYTES = 500 * 1024
 
 
 def page_limit(request: Request, default: int) -> int:
-    """The bytes of body kept for ``request`` (robots.txt has its own)."""
-    if request.meta.get(ROBOTS):
-        return ROBOTS_MAX_BYTES
+    """The bytes of body kept for ``request``: its own ``MAX_PAGE_BYTES``
+    (robots.txt requests carry ``CRAWLER_ROBOTS_MAX_BYTES``), else ``default``."""
     return int(request.meta.get(MAX_PAGE_BYTES, default))
 
 

@@ -45,11 +45,14 @@ class RobotsStore:
         self.keys = keys
         self.scripts = scripts
 
-    def get(self, origin: str) -> tuple[dict[str, Any] | None, int]:
-        """The stored record of ``origin`` and its remaining life in ms."""
+    def get(self, origin: str) -> tuple[dict[str, Any] | None, int, float]:
+        """The stored record of ``origin``, its remaining life in ms, and the
+        Redis server's clock (epoch seconds): robots.txt's retry times are
+        kept on that clock, as the frontier's schedule is."""
         key = self.keys.robots(origin)
-        raw, ttl_ms = self.client.pipeline(transaction=False).get(key).pttl(key).execute()
-        return (None, 0) if raw is None else (json.loads(raw), int(ttl_ms))
+        raw, ttl_ms, (secs, micros) = self.client.pipeline(transaction=False).get(key).pttl(key).time().execute()
+        now = secs + micros / 1e6
+        return (None, 0, now) if raw is None else (json.loads(raw), int(ttl_ms), now)
 
     def put(self, origin: str, record: dict[str, Any], ttl: float) -> None:
         self.client.set(self.keys.robots(origin), json.dumps(record), px=int(ttl * 1000))

@@ -13,17 +13,21 @@ one a line) or ``redis:<key>`` (a Redis list or set of such lines).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import scrapy
+from scrapy.exceptions import DownloadConnectionRefusedError, DownloadFailedError, DownloadTimeoutError
 from scrapy.http import Response, TextResponse
-from twisted.internet.error import ConnectError, DNSLookupError, TCPTimedOutError, TimeoutError
+from twisted.internet.error import ConnectError, TCPTimedOutError, TimeoutError
 from twisted.python.failure import Failure
 
 from crawler.links import LinkExtractor
 from crawler.middlewares.robots import shared_robots
+from crawler.middlewares.useragent import product_token, user_agent
+from crawler.robots import header_nofollow
 from crawler.scheduler.access import frontier_scheduler
 from crawler.scheduler.domains import domain_of
 from crawler.seeds import Seed, parse_seeds, redis_seed_lines
@@ -32,7 +36,11 @@ from crawler.sharding import shard_of
 
 logger = logging.getLogger(__name__)
 
-_FALLBACK_ERRORS = (ConnectError, DNSLookupError, TCPTimedOutError, TimeoutError)
+#: a seed that fails with these (retries included) is tried once with the
+#: other scheme: the server did not connect, or did not speak TLS
+_FALLBACK_ERRORS = (DownloadConnectionRefusedError, DownloadTimeoutError, ConnectError, TCPTimedOutError,
+                    TimeoutError)
+_ROBOTS_CHECK_BUDGET = 0.02  # seconds of robots.txt checks per page; the rest are checked when fetched
 _MAX_REPORTED = 20
 _UNKNOWN = object()
 
@@ -96,6 +104,8 @@ class BillionSpider(scrapy.Spider):
         spider.extract = LinkExtractor(nofollow=not setting(settings, "CRAWLER_FOLLOW_NOFOLLOW"),
                                        max_length=setting(settings, "CRAWLER_MAX_URL_LENGTH"))
         spider.max_depth = setting(settings, "CRAWLER_MAX_DEPTH")
+        spider.agent = settings.get("ROBOTSTXT_USER_AGENT") or product_token(user_agent(settings))
+        spider.page_robots = settings.getbool("ROBOTSTXT_OBEY") and spider.extract.nofollow
         return spider
 
     # --- seeds -----------------------------------------------------------
@@ -142,8 +152,10 @@ class BillionSpider(scrapy.Spider):
     def seed_failed(self, failure: Failure) -> Iterator[scrapy.Request]:
         request = failure.request  # type: ignore[attr-defined]
         fallback = request.meta.get("seed_fallback")
-        if fallback and failure.check(*_FALLBACK_ERRORS):
-            self.crawler.stats.inc_value("crawler/seeds/http_fallback")
+        if fallback and (failure.check(*_FALLBACK_ERRORS) or _tls_failed(failure)):
+            scheme = fallback.split(":", 1)[0]
+            self.crawler.stats.inc_value(f"crawler/seeds/{scheme}_fallback")
+            logger.info("Seed %s failed (%s): trying %s", request.url, failure.value, fallback)
             yield scrapy.Request(fallback, callback=self.parse, dont_filter=True, meta={"depth": 0})
 
     # --- pages -----------------------------------------------------------
@@ -153,15 +165,18 @@ class BillionSpider(scrapy.Spider):
             return
         stats = self.crawler.stats
         depth = int(response.meta.get("depth", 0))
-        links = self.extract(response.body, response.url)
+        if self.page_robots and header_nofollow(response.headers.getlist(b"X-Robots-Tag"), self.agent):
+            stats.inc_value("crawler/links/nofollow_pages")
+            links, nofollow = [], True
+        else:
+            links, nofollow = self.extract.page(response.body, response.url, self.agent)
+            if nofollow:
+                stats.inc_value("crawler/links/nofollow_pages")
         stats.inc_value("crawler/links/found", len(links))
         if self.robots is _UNKNOWN:
             self.robots = shared_robots(self.crawler)
-        robots = self.robots
-        if robots is not None:
-            allowed = [link for link in links if not robots.known_disallowed(link)]
-            stats.inc_value("crawler/links/robots_disallowed", len(links) - len(allowed))
-            links = allowed
+        if self.robots is not None and links:
+            links = self._robots_allowed(links)
         offered = 0
         if not self.max_depth or depth < self.max_depth:
             scheduler = frontier_scheduler(self.crawler)
@@ -177,5 +192,29 @@ class BillionSpider(scrapy.Spider):
             "offered": offered,
             "bytes": len(response.body),
             "truncated": "truncated" in response.flags,
+            "nofollow": nofollow,
             "shard": self.shard,
         }
+
+    def _robots_allowed(self, links: list[str]) -> list[str]:
+        """``links`` less those whose host's known robots.txt refuses them.
+        Checks stop after ``_ROBOTS_CHECK_BUDGET`` seconds: the rest are
+        queued and checked when fetched, so no page holds the event loop."""
+        known_disallowed = self.robots.known_disallowed
+        deadline = time.perf_counter() + _ROBOTS_CHECK_BUDGET
+        allowed = []
+        for i, link in enumerate(links):
+            if not known_disallowed(link):
+                allowed.append(link)
+            if i & 63 == 63 and time.perf_counter() > deadline:
+                rest = links[i + 1:]
+                self.crawler.stats.inc_value("crawler/links/robots_unchecked", len(rest))
+                allowed += rest
+                break
+        self.crawler.stats.inc_value("crawler/links/robots_disallowed", len(links) - len(allowed))
+        return allowed
+
+
+def _tls_failed(failure: Failure) -> bool:
+    """The TLS handshake failed: a server that does not speak HTTPS."""
+    return bool(failure.check(DownloadFailedError)) and "TLS handshake" in str(failure.value)

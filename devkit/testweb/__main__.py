@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from devkit.testweb.config import WebConfig
-from devkit.testweb.server import RequestLog, serve
+from devkit.testweb.server import Counters, RequestLog, serve
 from devkit.testweb.site import Site
 
 
@@ -47,6 +47,7 @@ def tls_context(config: WebConfig, ca_file: Path) -> ssl.SSLContext:
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(ca_file))
     known = {config.domain(i) for i in range(config.domains)}
+    known |= {"www." + name for name in known}
     contexts: dict[str, ssl.SSLContext] = {}
 
     def context_for(name: str) -> ssl.SSLContext:
@@ -81,14 +82,20 @@ async def _main(args: argparse.Namespace) -> None:
         data["tls"] = True
     config = WebConfig.from_json(json.dumps(data))
     port = args.port or _free_port(args.host)
-    site = Site(config, port)
+    plain_port = _free_port(args.host) if config.tls and config.also_plain else None
+    site = Site(config, port, plain_port)
     log = RequestLog(args.log)
+    counters = Counters()
     context, ready = None, f"READY port={port}"
     if config.tls:
         ca_file = args.ca_file or Path(tempfile.mkdtemp(prefix="testweb-")) / "ca.pem"
         context = tls_context(config, ca_file)
         ready += f" ca={ca_file}"
-    server = await serve(site, log, args.host, port, context)
+    server = await serve(site, log, args.host, port, context, counters)
+    servers = [server]
+    if plain_port is not None:
+        servers.append(await serve(site, log, args.host, plain_port, None, counters))
+        ready += f" plain={plain_port}"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -109,7 +116,8 @@ async def _main(args: argparse.Namespace) -> None:
     )
     await stop.wait()
     task.cancel()
-    server.close()
+    for each in servers:
+        each.close()
     log.close()
 
 

@@ -9,8 +9,12 @@ from typing import Any
 
 #: faults a page can answer with instead of its content
 PAGE_FAULTS = ("404", "410", "429", "500", "503", "slow", "drop", "redirect", "big", "pdf")
-#: robots.txt faults a domain can have
-ROBOTS_FAULTS = ("404", "503", "invalid")
+#: robots.txt faults a domain can have: statuses, garbage, redirect chains
+#: (same host, http -> https, apex -> www, a loop, six hops), an outage (503
+#: or no answer for ``robots_outage_s`` after start), and hostile files (600
+#: KiB with rules past 500 KiB, 30,000 wildcard rules)
+ROBOTS_FAULTS = ("404", "503", "invalid", "redirect", "https", "www", "loop", "hops6", "outage", "timeout",
+                 "big", "wildcards")
 
 
 @dataclass
@@ -35,6 +39,12 @@ class WebConfig:
     crawl_delay: float = 1.0
     faults: dict[str, float] = field(default_factory=dict)  # page fault -> share of pages
     robots_faults: dict[str, float] = field(default_factory=dict)  # -> share of domains
+    robots_outage_s: float = 30.0  # "outage"/"timeout" robots.txt: how long after start
+    robots_timeout_ms: int = 5_000  # "timeout" robots.txt: answer this late during the outage
+    # pages whose links must not be followed: <meta name="robots" content="nofollow">,
+    # and X-Robots-Tag: nofollow (home pages excepted)
+    meta_nofollow_share: float = 0.0
+    header_nofollow_share: float = 0.0
     retry_after: int = 3  # Retry-After seconds sent with 429 and 503
     slow_ms: int = 2_000  # delay of "slow" pages
     big_size: int = 400_000  # size of "big" pages
@@ -44,6 +54,7 @@ class WebConfig:
     # the open web's timing: HTTPS (a certificate for every domain, made at
     # start), a log-normal time to first byte and a rate per connection
     tls: bool = False
+    also_plain: bool = False  # with tls: the same site over plain HTTP on a second port
     latency_ms: float = 0.0  # median time to first byte; 0: answer at once
     latency_sigma: float = 0.5  # spread of the log-normal latency
     bandwidth: int = 0  # bytes per second per connection; 0: unlimited
@@ -54,7 +65,8 @@ class WebConfig:
             errors.append("domains and pages must be at least 1")
         if not 0 < self.size_median <= self.size_mean:
             errors.append("need 0 < size_median <= size_mean")
-        for name in ("cross_share", "dup_share", "private_share", "trap_share", "crawl_delay_share"):
+        for name in ("cross_share", "dup_share", "private_share", "trap_share", "crawl_delay_share",
+                     "meta_nofollow_share", "header_nofollow_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 errors.append(f"{name} must be within 0..1")
         for kind in self.faults:

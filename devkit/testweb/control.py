@@ -60,6 +60,7 @@ class TestWebProcess:
         self.cpu = cpu
         self.port = 0
         self.ca_file: str | None = None  # with tls: the CA certificate clients trust
+        self.plain_port: int | None = None  # with tls and also_plain: the plain HTTP port
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> TestWebProcess:
@@ -78,6 +79,7 @@ class TestWebProcess:
         fields = dict(part.split("=", 1) for part in line.split()[1:])
         self.port = int(fields["port"])
         self.ca_file = fields.get("ca")
+        self.plain_port = int(fields["plain"]) if "plain" in fields else None
         handlers: list[Any] = [_NoRedirect]
         if self.ca_file:
             context = ssl.create_default_context(cafile=self.ca_file)
@@ -99,8 +101,12 @@ class TestWebProcess:
     def domains(self) -> list[str]:
         return [self.config.domain(i) for i in range(self.config.domains)]
 
-    def url(self, domain: int | str, path: str = "/") -> str:
+    def url(self, domain: int | str, path: str = "/", *, plain: bool = False) -> str:
+        """The URL of ``path`` on ``domain``; ``plain``: on the plain HTTP port."""
         name = self.config.domain(domain) if isinstance(domain, int) else domain
+        if plain:
+            assert self.plain_port is not None, "the test web serves no plain HTTP port (also_plain)"
+            return f"http://{name}:{self.plain_port}{path}"
         return f"{self.config.scheme}://{name}:{self.port}{path}"
 
     @property

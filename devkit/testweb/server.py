@@ -7,7 +7,8 @@ the time being when the request's head arrived.
 ``GET /__testweb__/stats`` counts connections, TLS handshakes and the
 handshakes that resumed a session.
 
-With ``tls`` the port speaks HTTPS only. ``latency_ms`` delays each answer by
+With ``tls`` the port speaks HTTPS only; ``also_plain`` adds a second port
+with the same site over plain HTTP (one log, one set of counters). ``latency_ms`` delays each answer by
 a log-normal time to first byte; ``bandwidth`` paces each connection's writes.
 """
 
@@ -82,8 +83,10 @@ class Counters:
 
 
 class HTTPProtocol(asyncio.Protocol):
-    def __init__(self, site: Site, log: RequestLog, counters: Counters, rng: random.Random) -> None:
+    def __init__(self, site: Site, log: RequestLog, counters: Counters, rng: random.Random,
+                 secure: bool) -> None:
         self.site = site
+        self.secure = secure
         self.log = log
         self.counters = counters
         self.rng = rng
@@ -138,7 +141,7 @@ class HTTPProtocol(asyncio.Protocol):
             if target.startswith(_CONTROL):
                 self._reply(self._control(target), keep_alive, head_only)
                 continue
-            reply = self.site.answer(host, target)
+            reply = self.site.answer(host, target, self.secure)
             reply.entry = self.log.add(host, target, reply.status)
             self.counters.requests += 1
             if reply.drop:
@@ -225,9 +228,10 @@ def _bad_request() -> Reply:
 
 
 async def serve(site: Site, log: RequestLog, host: str, port: int,
-                tls: ssl.SSLContext | None = None) -> asyncio.Server:
+                tls: ssl.SSLContext | None = None, counters: Counters | None = None) -> asyncio.Server:
     loop = asyncio.get_running_loop()
-    counters = Counters()
+    counters = counters or Counters()
     rng = random.Random(site.config.seed)
-    return await loop.create_server(lambda: HTTPProtocol(site, log, counters, rng), host, port,
+    secure = tls is not None
+    return await loop.create_server(lambda: HTTPProtocol(site, log, counters, rng, secure), host, port,
                                     backlog=4096, ssl=tls)

@@ -12,6 +12,7 @@ import hashlib
 import html
 import random
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -85,11 +86,15 @@ def _pick_share(shares: dict[str, float], u: float) -> str | None:
 
 
 class Site:
-    def __init__(self, config: WebConfig, port: int) -> None:
+    def __init__(self, config: WebConfig, port: int, plain_port: int | None = None) -> None:
         self.bombs: dict[int, bytes] = {}
         self.config = config
         self.port = config.public_port or port
+        self.plain_port = plain_port  # with tls and also_plain: the plain HTTP listener
+        self.started = time.monotonic()
         self.hosts = {config.domain(i): i for i in range(config.domains)}
+        self.hosts.update({"www." + config.domain(i): i for i in range(config.domains)})
+        self.robots_bodies: dict[str, bytes] = {}
         self.filler = memoryview(
             _make_filler(max(config.size_max, config.big_size, config.pdf_size))
         )
@@ -161,21 +166,42 @@ class Site:
             f'<li><a href="{html.escape(href)}">link {i}</a></li>\n'
             for i, href in enumerate(self.page_links(d, k))
         )
+        robots = '<meta name="robots" content="noindex, nofollow">' if self.nofollow(d, k) == "meta" else ""
         return (
-            f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+            f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">{robots}"
             f"<title>{domain} page {k}</title></head>\n<body><h1>{domain} page {k}</h1>\n"
             f"<ul>\n{items}</ul>\n<p>"
         ).encode()
+
+    def nofollow(self, d: int, k: int) -> str | None:
+        """"meta" or "header" when page k of domain d says its links are not to be followed."""
+        if k == 0:
+            return None
+        u = _unit(self.config.seed, "nofollow", d, k)
+        if u < self.config.meta_nofollow_share:
+            return "meta"
+        if u < self.config.meta_nofollow_share + self.config.header_nofollow_share:
+            return "header"
+        return None
 
     def page(self, d: int, k: int, size: int | None = None) -> Reply:
         head = self.head(d, k)
         tail = b"</p>\n</body></html>\n"
         size = self.page_size(d, k) if size is None else size
         fill = max(0, size - len(head) - len(tail))
-        return Reply(200, [head, self.filler[:fill], tail])
+        reply = Reply(200, [head, self.filler[:fill], tail])
+        if self.nofollow(d, k) == "header":
+            reply.headers.append((b"X-Robots-Tag", b"noarchive, nofollow"))
+        return reply
 
-    def robots(self, d: int) -> Reply:
+    def robots(self, d: int, name: str = "", secure: bool = True, path: str = "/robots.txt") -> Reply:
+        """robots.txt of domain ``d`` as host ``name`` serves it at ``path``
+        (``/robots.txt``, or a hop of a redirect chain under ``/robots/``)."""
         fault = self.robots_fault(d)
+        c = self.config
+        apex = c.domain(d)
+        if path != "/robots.txt":
+            return self._robots_hop(d, path)
         if fault == "404":
             return _small(404, "no robots.txt")
         if fault == "503":
@@ -183,13 +209,63 @@ class Site:
         if fault == "invalid":
             return Reply(200, [b"\x00\xff<html>this is not robots.txt\n{{{\n"],
                          content_type=b"text/plain")
+        if fault == "redirect":
+            return _redirect("/robots/hop/1", 301)
+        if fault == "hops6":
+            return _redirect("/robots/hop/5", 301)
+        if fault == "loop":
+            return _redirect("/robots/loop", 302)
+        if fault == "https" and not secure and c.tls and self.plain_port is not None:
+            return _redirect(f"https://{name or apex}:{self.port}/robots.txt", 301)
+        if fault == "www" and name == apex:
+            return _redirect(f"{'https' if secure else 'http'}://www.{apex}:{self._port(secure)}/robots.txt", 301)
+        if fault in ("outage", "timeout") and time.monotonic() - self.started < c.robots_outage_s:
+            if fault == "outage":
+                return _small(503, "robots.txt unavailable for now")
+            reply = self._robots_file(d)
+            reply.delay = c.robots_timeout_ms / 1000
+            return reply
+        if fault in ("big", "wildcards"):
+            return Reply(200, [self._hostile_robots(fault)], content_type=b"text/plain")
+        return self._robots_file(d)
+
+    def _port(self, secure: bool) -> int:
+        return self.port if secure or self.plain_port is None else self.plain_port
+
+    def _robots_file(self, d: int) -> Reply:
         lines = ["User-agent: *", "Disallow: /private/"]
         delay = self.crawl_delay(d)
         if delay is not None:
             lines.append(f"Crawl-delay: {delay:g}")
         return Reply(200, [("\n".join(lines) + "\n").encode()], content_type=b"text/plain")
 
-    def answer(self, host: str, target: str) -> Reply:
+    def _robots_hop(self, d: int, path: str) -> Reply:
+        if path == "/robots/loop":
+            return _redirect("/robots.txt", 302)
+        rest = path.removeprefix("/robots/hop/")
+        if rest.isdigit():
+            hop = int(rest)
+            return self._robots_file(d) if hop == 0 else _redirect(f"/robots/hop/{hop - 1}", 301)
+        return _small(404, "no such robots hop")
+
+    def _hostile_robots(self, kind: str) -> bytes:
+        """"big": 600 KiB, its last rule (``Disallow: /p/``) past 500 KiB;
+        "wildcards": 30,000 wildcard rules (RFC 9309 parsers read 500 KiB of them)."""
+        body = self.robots_bodies.get(kind)
+        if body is None:
+            head = "User-agent: *\nDisallow: /private/\n"
+            if kind == "big":
+                filler = "".join(f"Allow: /nothing/{i:06d}/here\n" for i in range(600 * 1024 // 26))
+                body = (head + filler[: 600 * 1024 - len(head)] + "\nDisallow: /p/\n").encode()
+            else:
+                body = (head + "".join(f"Disallow: /*{i:x}q*{_WORDS[i % len(_WORDS)]}\n"
+                                       for i in range(30_000))).encode()
+            self.robots_bodies[kind] = body
+        return body
+
+    def answer(self, host: str, target: str, secure: bool | None = None) -> Reply:
+        """The answer to ``target`` on ``host``; ``secure``: asked over HTTPS
+        (None: the scheme of the site)."""
         name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
         d = self.hosts.get(name)
         if d is None:
@@ -197,8 +273,8 @@ class Site:
         path = target.split("?", 1)[0].split("#", 1)[0]
         if path == "/":
             return self._page_or_fault(d, 0)
-        if path == "/robots.txt":
-            return self.robots(d)
+        if path == "/robots.txt" or path.startswith("/robots/"):
+            return self.robots(d, name, self.config.tls if secure is None else secure, path)
         parts = path.strip("/").split("/")
         kind = parts[0]
         if kind in ("p", "moved", "private", "big") and len(parts) == 2:
@@ -332,7 +408,7 @@ def _small(status: int, text: str) -> Reply:
     return Reply(status, [f"<!DOCTYPE html><html><body><p>{text}</p></body></html>\n".encode()])
 
 
-def _redirect(location: str) -> Reply:
-    reply = _small(302, f"moved to {location}")
+def _redirect(location: str, status: int = 302) -> Reply:
+    reply = _small(status, f"moved to {location}")
     reply.headers.append((b"Location", location.encode()))
     return reply

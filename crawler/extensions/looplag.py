@@ -1,0 +1,72 @@
+"""How late the event loop runs its timers: a probe every
+``CRAWLER_LOOP_PROBE_INTERVAL`` seconds (0.1; 0 turns it off).
+
+A timer that fires late measures how long the loop was busy with something
+else: a page parsed on the reactor thread, a robots.txt matched, a blocking
+call. The worst lateness of the crawl is the stat ``crawler/loop/lag_max_ms``
+(also a Prometheus gauge, ``crawler_loop_lag_max_seconds``), the latest one
+``crawler/loop/lag_ms``; stalls over 100 ms are counted
+(``crawler/loop/stalls``) and the worst is logged when the crawl ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+from scrapy.exceptions import NotConfigured
+
+from crawler.settings_registry import setting
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+STALL_MS = 100.0
+
+
+class LoopLagProbe:
+    def __init__(self, crawler: Crawler) -> None:
+        self.interval = setting(crawler.settings, "CRAWLER_LOOP_PROBE_INTERVAL")
+        if self.interval <= 0:
+            raise NotConfigured
+        self.stats = crawler.stats
+        self.worst = 0.0
+        self.expected = 0.0
+        self.call: Any = None
+        crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> LoopLagProbe:
+        return cls(crawler)
+
+    def spider_opened(self) -> None:
+        self._schedule()
+
+    def _schedule(self) -> None:
+        from twisted.internet import reactor
+
+        self.expected = time.monotonic() + self.interval
+        self.call = reactor.callLater(self.interval, self._fire)  # type: ignore[attr-defined]
+
+    def _fire(self) -> None:
+        lag = max(0.0, (time.monotonic() - self.expected) * 1000)
+        self.stats.set_value("crawler/loop/lag_ms", round(lag, 1))
+        if lag > self.worst:
+            self.worst = lag
+            self.stats.set_value("crawler/loop/lag_max_ms", round(lag, 1))
+        if lag > STALL_MS:
+            self.stats.inc_value("crawler/loop/stalls")
+            logger.debug("Event loop stalled %.0f ms", lag)
+        self._schedule()
+
+    def spider_closed(self) -> None:
+        if self.call is not None and self.call.active():
+            self.call.cancel()
+        self.call = None
+        logger.info("Worst event-loop stall: %.1f ms (%d over %d ms)", self.worst,
+                    self.stats.get_value("crawler/loop/stalls", 0), STALL_MS)

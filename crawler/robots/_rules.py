@@ -1,0 +1,83 @@
+"""What a robots.txt says, for one user agent."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlparse
+
+from protego import Protego
+
+from crawler.robots import _protego
+from crawler.robots._matcher import Matcher, index
+
+_VERDICTS = 4096  # URLs remembered per host: a site's pages repeat their menus
+_INDEXED = 32  # rules in a group from which the index pays for itself
+
+
+class Rules:
+    """``Rules(record, agent).allowed(url)``.
+
+    ``record["mode"]`` is ``"parse"`` (``record["body"]`` is the file),
+    ``"allow"`` (no restrictions: RFC 9309 "unavailable") or ``"disallow"``
+    (everything refused). A group of many rules is matched through an index
+    (``_matcher.py``); :func:`compile_rules` builds that index as JSON, in a
+    worker process for a big file, and :meth:`from_compiled` reads it back.
+    """
+
+    def __init__(self, record: dict[str, Any], agent: str) -> None:
+        self.mode = record["mode"]
+        self.agent = agent
+        self.parser = Protego.parse(record.get("body", "")) if self.mode == "parse" else None
+        self.matcher: Matcher | None = None
+        self.delay: float | None = None
+        if self.parser is not None:
+            delay = self.parser.crawl_delay(agent)
+            self.delay = float(delay) if delay is not None else None
+            ruleset = _protego.rule_set(self.parser, agent)
+            rules = _protego.rules_of(ruleset) if ruleset is not None else []
+            if len(rules) >= _INDEXED:
+                self.matcher = Matcher(index(rules))
+        self.verdicts: dict[str, bool] = {}
+
+    @classmethod
+    def from_compiled(cls, text: str, agent: str) -> Rules:
+        data = json.loads(text)
+        rules = cls({"mode": "allow"}, agent)
+        rules.mode = "parse"
+        rules.delay = data["delay"]
+        rules.matcher = Matcher(data["index"])
+        return rules
+
+    def allowed(self, url: str) -> bool:
+        if self.matcher is None and self.parser is None:
+            return self.mode == "allow"
+        verdict = self.verdicts.get(url)
+        if verdict is None:
+            if self.matcher is None:
+                verdict = bool(self.parser.can_fetch(url, self.agent))  # type: ignore[union-attr]
+            else:
+                path = _protego.quote_path(url)
+                verdict = self.matcher.allowed(path) or _is_robots_txt(url)
+            if len(self.verdicts) >= _VERDICTS:
+                self.verdicts.clear()
+            self.verdicts[url] = verdict
+        return verdict
+
+    def crawl_delay(self) -> float | None:
+        return self.delay
+
+
+def _is_robots_txt(url: str) -> bool:
+    """Protego always allows /robots.txt itself."""
+    return "/robots.txt" in url and urlparse(url).path == "/robots.txt"
+
+
+def compile_rules(body: str, agent: str) -> str:
+    """The rules of ``body`` for ``agent`` as JSON (index and Crawl-delay),
+    for :meth:`Rules.from_compiled`; run in a worker process for big files."""
+    parser = Protego.parse(body)
+    ruleset = _protego.rule_set(parser, agent)
+    rules = _protego.rules_of(ruleset) if ruleset is not None else []
+    delay = parser.crawl_delay(agent)
+    return json.dumps({"delay": float(delay) if delay is not None else None, "index": index(rules)})

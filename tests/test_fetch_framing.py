@@ -201,8 +201,17 @@ def test_chunk_extensions_and_trailing_blanks_are_accepted(outcomes) -> None:
 
 
 def test_chunk_lines_ended_by_bare_lf_are_accepted() -> None:
-    (ours,) = asyncio.run(fetch_raw([H + b"Transfer-Encoding: chunked\n\n5\nhello\n3;x\nabc\r\n0\n\n"]))
-    assert ours.body == b"helloabc" and not ours.error
+    answer = H + b"Transfer-Encoding: chunked\n\n5\nhello\n3;x\nabc\r\n0\n\n"
+    for piece in (1, 7, 1000):
+        (ours,) = asyncio.run(fetch_raw([answer], piece=piece))
+        assert ours.body == b"helloabc" and not ours.error, (piece, ours)
+
+
+def test_bytes_after_a_chunked_body_end_keep_alive() -> None:
+    clean = asyncio.run(exchange_for(chunked(b"10"), piece=10_000))
+    extra = asyncio.run(exchange_for(chunked(b"10") + b"HTTP/1.1 200 OK\r\n", piece=10_000))  # in one read
+    assert clean.body() == extra.body() == b"a" * 16
+    assert clean.keep_alive and not extra.keep_alive
 
 
 @pytest.mark.parametrize("name, message", [
@@ -230,9 +239,9 @@ def test_exchange_says_version_and_framing(answer: bytes, version: bytes, until_
     assert exchange.body() in (b"ok", b"until the end") and not exchange.dataloss
 
 
-async def exchange_for(answer: bytes, **kwargs: Any) -> Exchange:
+async def exchange_for(answer: bytes, piece: int = 7, **kwargs: Any) -> Exchange:
     """The exchange for one GET to a server that sends ``answer`` and closes."""
-    server = RawServer(answer, close=True)
+    server = RawServer(answer, close=True, piece=piece)
     port = await server.start()
     loop = asyncio.get_running_loop()
     connection = Connection()

@@ -198,42 +198,51 @@ class Exchange:
             self.finish()
 
     def _chunks(self, data: bytes) -> None:
-        buffer = self.buffer
-        buffer += data
+        # parsed in the read itself: chunk data is passed on whole or sliced once,
+        # only an unfinished line waits in the buffer for the next read
+        if self.buffer:
+            data = bytes(self.buffer) + data
+            self.buffer.clear()
         pos = 0
+        size = len(data)
         while not self.finished:
-            if self.chunk_left > 0:
-                take = min(self.chunk_left, len(buffer) - pos)
+            left = self.chunk_left
+            if left > 0:
+                take = size - pos
                 if not take:
                     break
-                self._keep(bytes(buffer[pos:pos + take]))
+                if take > left:
+                    take = left
+                self._keep(data if take == size else data[pos:pos + take])
                 pos += take
-                self.chunk_left -= take
-                if not self.chunk_left:
-                    self.chunk_left = -1
+                self.chunk_left = left - take or -1
                 continue
-            end = buffer.find(b"\n", pos)
+            end = data.find(b"\n", pos)
             if end == -1:
-                if len(buffer) - pos > _CHUNK_LINE_MAX:
+                if size - pos > _CHUNK_LINE_MAX:
                     self.fail(DownloadFailedError("chunk size line too long"))
                 break
-            line = bytes(buffer[pos:end - 1 if end > pos and buffer[end - 1] == 13 else end])
+            line = data[pos:end - 1 if end > pos and data[end - 1] == 13 else end]
             pos = end + 1
-            if self.chunk_left == -1:  # the line end closing a chunk's data
+            if left == -1:  # the line end closing a chunk's data
                 if line:
                     self.fail(DownloadFailedError("malformed chunked body"))
                     break
                 self.chunk_left = 0
-            elif self.chunk_left == -2:  # trailers, up to an empty line
+            elif left == -2:  # trailers, up to an empty line
                 if not line:
                     self.finish()
             else:
-                size = line.split(b";", 1)[0]
-                if _CHUNK_SIZE.fullmatch(size) is None:
-                    self.fail(DownloadFailedError(f"bad chunk size {size[:20]!r}"))
+                size_field = line.split(b";", 1)[0]
+                if _CHUNK_SIZE.fullmatch(size_field) is None:
+                    self.fail(DownloadFailedError(f"bad chunk size {size_field[:20]!r}"))
                     break
-                self.chunk_left = int(size, 16) or -2
-        del buffer[:pos]
+                self.chunk_left = int(size_field, 16) or -2
+        if pos < size:
+            if self.finished:
+                self.keep_alive = False  # bytes after the body: something is off
+            else:
+                self.buffer += data[pos:] if pos else data
 
     def _keep(self, data: bytes) -> None:
         if self.finished or not data:

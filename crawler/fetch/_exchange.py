@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 HeaderList = list[tuple[bytes, bytes]]
 _CHUNK_LINE_MAX = 4096
-_HEAD_END = re.compile(rb"\r?\n\r?\n")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}[ \t]*")  # up to the ";" of an extension
 
 
@@ -90,14 +89,21 @@ class Exchange:
             self._body(data)
             return
         self.buffer += data
+        buffer = self.buffer
         while not self.in_body:
-            match = _HEAD_END.search(self.buffer)
-            if match is None or match.start() > self.max_head:
-                if match is not None or len(self.buffer) > self.max_head:
+            # the head ends at the first empty line, its line ends CRLF or LF
+            end = buffer.find(b"\n\r\n")
+            lf = buffer.find(b"\n\n", 0, len(buffer) if end == -1 else end)
+            if lf != -1:
+                end, skip = lf, 2
+            else:
+                skip = 3
+            if end == -1 or end > self.max_head:
+                if end != -1 or len(buffer) > self.max_head:
                     self.fail(HeadTooLarge(f"response headers over {self.max_head} bytes"))
                 return
-            head = bytes(self.buffer[:match.start()])
-            del self.buffer[:match.end()]
+            head = bytes(buffer[:end])
+            del buffer[:end + skip]
             if not self._head(head):
                 return
         rest = bytes(self.buffer)
@@ -121,9 +127,7 @@ class Exchange:
         if 100 <= status < 200 and status != 101:
             return True  # interim response: the real one follows
         headers: HeaderList = []
-        for line in lines[1:]:
-            if line[-1:] == b"\r":
-                line = line[:-1]
+        for line in lines[1:]:  # a CR before the LF goes with the strip()s below
             if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
                 name, value = headers[-1]
                 headers[-1] = (name, value + b" " + line.strip())

@@ -119,6 +119,10 @@ def test_gzip_with_a_bad_crc_keeps_its_data(outcomes) -> None:
 
 def test_concatenated_gzip_members_are_all_decoded(outcomes) -> None:
     assert same(outcomes["members"]).body == b"one two"
+    many = gzip.compress(b"ab", mtime=0) * 3000  # in one read, then in pieces
+    answer = H + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(many) + many
+    assert [o.body for o in asyncio.run(fetch_raw([answer, answer], piece=1 << 20))] == [b"ab" * 3000] * 2
+    assert asyncio.run(fetch_raw([answer], piece=5))[0].body == b"ab" * 3000
 
 
 @pytest.mark.parametrize("name", ["gzip_gzip", "two_lines", "four", "four_other"])

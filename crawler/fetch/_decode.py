@@ -58,21 +58,28 @@ class _Gzip:
         self.over = False  # garbage after a member: the rest is ignored
 
     def feed(self, data: bytes, room: int) -> bytes:
-        inflate = self.inflate
-        if inflate is None:
-            return self._between(data, room)
-        tail = inflate.unconsumed_tail
-        if tail:
-            data = tail + data
-        out = inflate.decompress(data, room)
-        if inflate.eof:  # the member's end: its trailer, maybe another member
-            self.inflate = None
+        out = b""
+        while True:
+            inflate = self.inflate
+            if inflate is None:
+                data = self._start(data)
+                inflate = self.inflate
+                if inflate is None:
+                    return out
+            elif inflate.unconsumed_tail:
+                data = inflate.unconsumed_tail + data
+            chunk = inflate.decompress(data, room - len(out))
+            out = out + chunk if out else chunk
+            if not inflate.eof:
+                return out
+            self.inflate = None  # the member's end: its trailer, maybe another member
             self.pending, self.skip = inflate.unused_data, 8
-            if len(out) < room:
-                out += self._between(b"", room - len(out))
-        return out
+            if len(out) >= room:
+                return out
+            data = b""
 
-    def _between(self, data: bytes, room: int) -> bytes:
+    def _start(self, data: bytes) -> bytes:
+        """Past the trailer and the next member's header: its deflate data."""
         if self.over:
             return b""
         buf = self.pending + data if self.pending else data
@@ -96,7 +103,7 @@ class _Gzip:
             return b""
         self.members += 1
         self.inflate = zlib.decompressobj(-15)
-        return self.feed(buf[size:], room)
+        return buf[size:]
 
 
 def _gzip_header(buf: bytes) -> int:

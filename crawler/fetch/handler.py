@@ -19,14 +19,23 @@ What it does differently from Scrapy's Twisted handler:
   ``StopDownload`` from either works as in Scrapy.
 - A request is sent once: a kept-alive connection that fails is an error
   for the retry middleware, never a silent second send.
-- Requests with a ``proxy`` in their meta go through Scrapy's handler.
+- Requests with a ``proxy`` in their meta take the same path
+  (:mod:`crawler.fetch._proxy`): the target's address is checked before
+  anything is sent to the proxy, and the same caps apply.
+- A request's own ``Accept-Encoding`` is sent as it is; the value Scrapy's
+  ``HttpCompressionMiddleware`` puts in, or none, becomes the codings
+  decoded here.
+- At most ``MAX_IDLE`` idle connections are kept, the least recently used
+  closed first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from OpenSSL import SSL
@@ -38,17 +47,21 @@ from scrapy.exceptions import (
     DownloadFailedError,
     DownloadTimeoutError,
     IgnoreRequest,
+    NotSupported,
     ResponseDataLossError,
     StopDownload,
+    UnsupportedURLSchemeError,
 )
 from scrapy.http import Headers
 from scrapy.responsetypes import responsetypes
 from scrapy.utils.httpobj import urlparse_cached
+from twisted.internet.ssl import Certificate
 from twisted.python.failure import Failure
 
 from crawler.fetch._address import Address, Addresses
 from crawler.fetch._decode import accepted
 from crawler.fetch._exchange import Connection, Exchange, HeadTooLarge
+from crawler.fetch._proxy import Proxy, Tunnel, connect_request, proxy_for
 from crawler.fetch._tls import TLS, TLSProtocol
 from crawler.middlewares.sizecap import page_limit
 from crawler.settings_registry import setting
@@ -62,8 +75,18 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Key = tuple[str, str, int]
+Bind = tuple[str, int] | None
+# scheme, host, port, local address, proxy
+Key = tuple[str, str, int, Bind, Proxy | None]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# What Scrapy's HttpCompressionMiddleware puts in every request (scrapy 2.19)
+_SCRAPY_ACCEPT_ENCODING = b"gzip, deflate, br, zstd"
+MAX_IDLE = 512  # idle connections kept, all hosts together
+
+
+class UnsupportedScheme(NotSupported, UnsupportedURLSchemeError):
+    """Not http or https: Scrapy's dispatcher says NotSupported, its handler
+    UnsupportedURLSchemeError; either ``except`` catches this."""
 
 
 class DownloadHandler(BaseDownloadHandler):
@@ -77,49 +100,72 @@ class DownloadHandler(BaseDownloadHandler):
         self.maxsize = settings.getint("DOWNLOAD_MAXSIZE")
         self.warnsize = settings.getint("DOWNLOAD_WARNSIZE")
         self.fail_on_dataloss = settings.getbool("DOWNLOAD_FAIL_ON_DATALOSS")
+        self.timeout = settings.getfloat("DOWNLOAD_TIMEOUT")
         capped = setting(settings, "CRAWLER_SIZECAP_ENABLED")
         self.page_bytes = setting(settings, "CRAWLER_MAX_PAGE_BYTES") if capped else 0
         self.max_head = setting(settings, "CRAWLER_MAX_HEADER_BYTES")
         self.max_url = setting(settings, "CRAWLER_MAX_URL_LENGTH")
         keepalive = setting(settings, "CRAWLER_KEEPALIVE")
         self.idle_timeout = setting(settings, "CRAWLER_KEEPALIVE_TIMEOUT") if keepalive else 0.0
-        bind = settings.get("DOWNLOAD_BIND_ADDRESS")
-        self.bind = (bind, 0) if isinstance(bind, str) else tuple(bind) if bind else None
+        self.bind = _bind_address(settings.get("DOWNLOAD_BIND_ADDRESS"))
         self.accept_encoding = accepted()
         self.addresses = Addresses(settings, crawler.stats)
         self.tls = TLS(settings)
         self.idle: dict[Key, list[Connection]] = {}
+        self.lru: OrderedDict[Connection, Key] = OrderedDict()  # every idle connection, oldest first
+        self.max_idle = MAX_IDLE
         self.warned_dataloss = False
-        self._proxied: BaseDownloadHandler | None = None
 
     async def download_request(self, request: Request) -> Response:
-        if request.meta.get("proxy"):
-            return await self.proxied().download_request(request)
         url = urlparse_cached(request)
+        scheme = url.scheme
+        if scheme not in _DEFAULT_PORTS:
+            raise UnsupportedScheme(f"Unsupported URL scheme '{scheme}': {type(self).__name__} "
+                                    f"fetches http and https only")
         host = (url.hostname or "").lower()
         if not host:
             raise DownloadFailedError(f"no host in {request.url}")
         if self.max_url and len(request.url) > self.max_url:
             self.stats.inc_value("crawler/refused/url_length")
             raise IgnoreRequest(f"URL longer than CRAWLER_MAX_URL_LENGTH ({self.max_url}): {request.url[:100]}...")
-        key = (url.scheme, host, url.port or _DEFAULT_PORTS[url.scheme])
-        timeout = float(request.meta.get("download_timeout") or 180)
+        try:
+            port = url.port
+        except ValueError:  # over 65535, or not a number
+            port = 0
+        if port is None:
+            port = _DEFAULT_PORTS[scheme]
+        elif not port:
+            self.stats.inc_value("crawler/refused/bad_port")
+            raise IgnoreRequest(f"bad port in {request.url}: ports are 1 to 65535")
+        bind = _bind_address(request.meta.get("bindaddress")) or self.bind
+        proxy = proxy_for(request)
+        key: Key = (scheme, host, port, bind, proxy)
+        if proxy is not None and scheme == "http":
+            key = ("http-proxy", "", 0, bind, proxy._replace(auth=None))  # one pool for every target
+        timeout = float(request.meta.get("download_timeout") or self.timeout) or None
         try:
             async with asyncio.timeout(timeout):
-                return await self.fetch(request, url, key)
+                return await self.fetch(request, url, key, (scheme, host, port), proxy)
         except TimeoutError:
             raise DownloadTimeoutError(f"Getting {request.url} took longer than {timeout} seconds.") from None
 
-    async def fetch(self, request: Request, url: ParseResult, key: Key) -> Response:
+    async def fetch(self, request: Request, url: ParseResult, key: Key, target: tuple[str, str, int],
+                    proxy: Proxy | None) -> Response:
         start = time.monotonic()
+        scheme, host, port = target
+        # the target's address is checked, and refused, before anything is sent to a proxy
+        addresses = await self.resolve(host)
         connection = self.pooled(key)
         if connection is None:
-            connection = await self.connect(key, await self.addresses.resolve(key[1]))
+            if proxy is None:
+                connection = await self.connect(target, addresses, key[3])
+            else:
+                connection = await self.connect_proxy(target, proxy, key[3])
         exchange = Exchange(lambda e: self.head_received(request, start, e),
                             page_limit(request, self.page_bytes) if self.page_bytes else 1 << 62,
                             int(request.meta.get("download_maxsize", self.maxsize)), self.max_head,
                             head_only=request.method == "HEAD")
-        connection.send(self.serialize(request, url, key), exchange)
+        connection.send(self.serialize(request, url, target, proxy), exchange)
         try:
             await exchange.done
         except BaseException as e:
@@ -129,28 +175,48 @@ class DownloadHandler(BaseDownloadHandler):
             raise
         finally:
             connection.exchange = None
-        if key[0] == "https" and not exchange.dataloss:
-            self.tls.keep(key[1], connection.transport.get_extra_info("ssl_object"))
+        certificate = None
+        if scheme == "https":
+            assert connection.transport is not None
+            tls = connection.transport.get_extra_info("ssl_object")
+            if not exchange.dataloss:
+                self.tls.keep(host, tls)
+            peer = tls.get_peer_certificate()
+            certificate = Certificate(peer) if peer is not None else None
         if exchange.keep_alive and self.idle_timeout:
             self.release(key, connection)
         else:
             connection.close()
-        return self.response(request, exchange, connection.address)
+        return self.response(request, exchange, connection.address, certificate)
 
-    def serialize(self, request: Request, url: ParseResult, key: Key) -> bytes:
-        target = url.path or "/"
+    async def resolve(self, host: str) -> list[Address]:
+        resolve_all = getattr(self.addresses, "resolve_all", None)  # every address, when _address has it
+        if resolve_all is not None:
+            return list(await resolve_all(host))
+        return [await self.addresses.resolve(host)]
+
+    def serialize(self, request: Request, url: ParseResult, target: tuple[str, str, int],
+                  proxy: Proxy | None) -> bytes:
+        path = url.path or "/"
         if url.params:
-            target += ";" + url.params
+            path += ";" + url.params
         if url.query:
-            target += "?" + url.query
+            path += "?" + url.query
+        netloc = url.netloc.rpartition("@")[2]
+        if proxy is not None and target[0] == "http":
+            path = f"http://{netloc}{path}"  # absolute-form, for the proxy
         headers = request.headers
-        lines = [f"{request.method} {target} HTTP/1.1".encode("ascii")]
+        lines = [f"{request.method} {path} HTTP/1.1".encode("ascii")]
         if b"Host" not in headers:
-            host = url.netloc.rpartition("@")[2]
-            lines.append(b"Host: " + host.encode("ascii"))
+            lines.append(b"Host: " + netloc.encode("ascii"))
+        if b"Accept-Encoding" not in headers:
+            lines.append(b"Accept-Encoding: " + self.accept_encoding)
+        tunnelled = proxy is not None and target[0] == "https"
         for name, values in headers.items():
-            if name == b"Accept-Encoding":
+            if name == b"Accept-Encoding" and values == [_SCRAPY_ACCEPT_ENCODING]:
                 values = [self.accept_encoding]  # what is decoded here, under the cap
+            elif name == b"Proxy-Authorization" and (tunnelled or proxy is None):
+                continue  # for the proxy only: on the CONNECT request, never to the target
             for value in values:
                 lines.append(name + b": " + value)
         body = request.body
@@ -161,19 +227,34 @@ class DownloadHandler(BaseDownloadHandler):
 
     def pooled(self, key: Key) -> Connection | None:
         connections = self.idle.get(key)
+        if connections is None:
+            return None
+        found = None
         while connections:
             connection = connections.pop()
+            self.lru.pop(connection, None)
             if connection.idle is not None:
                 connection.idle.cancel()
             if connection.usable:
-                return connection
-        return None
+                found = connection
+                break
+        if not connections:
+            del self.idle[key]
+        return found
 
     def release(self, key: Key, connection: Connection) -> None:
         self.idle.setdefault(key, []).append(connection)
+        self.lru[connection] = key
         connection.idle = asyncio.get_running_loop().call_later(self.idle_timeout, self.expire, key, connection)
+        if len(self.lru) > self.max_idle:
+            oldest, oldest_key = next(iter(self.lru.items()))
+            self.stats.inc_value("crawler/pool/evicted")
+            self.expire(oldest_key, oldest)
 
     def expire(self, key: Key, connection: Connection) -> None:
+        self.lru.pop(connection, None)
+        if connection.idle is not None:
+            connection.idle.cancel()
         connections = self.idle.get(key)
         if connections and connection in connections:
             connections.remove(connection)
@@ -181,31 +262,79 @@ class DownloadHandler(BaseDownloadHandler):
                 del self.idle[key]
         connection.close()
 
-    async def connect(self, key: Key, address: Address) -> Connection:
-        scheme, host, port = key
+    async def connect(self, target: tuple[str, str, int], addresses: list[Address], bind: Bind) -> Connection:
+        """A connection to the first of ``addresses`` that answers."""
+        scheme, host, port = target
         loop = asyncio.get_running_loop()
-        connection = Connection()
-        connection.address = address
-        tls = TLSProtocol(self.tls.connection(host), connection) if scheme == "https" else None
-        try:
-            await loop.create_connection(lambda: tls or connection, str(address), port, local_addr=self.bind)
-        except OSError as e:
-            raise DownloadConnectionRefusedError(f"cannot connect to {host} ({address}:{port}): {e}") from e
-        if tls is not None:
+        error: OSError | None = None
+        for address in addresses:
+            connection = Connection()
+            connection.address = address
+            tls = TLSProtocol(self.tls.connection(host), connection) if scheme == "https" else None
             try:
-                await tls.ready
-            except (SSL.Error, OSError) as e:
-                raise DownloadFailedError(f"TLS handshake with {host} failed: {_tls_reason(e)}") from e
-            self.stats.inc_value("crawler/tls/handshakes")
-            if tls.resumed:
-                self.stats.inc_value("crawler/tls/resumed")
+                transport, _ = await loop.create_connection(lambda: tls or connection, str(address), port,
+                                                            local_addr=bind)
+            except OSError as e:
+                error = e
+                continue
+            if tls is not None:
+                try:
+                    await self.handshake(tls, host)
+                except BaseException:
+                    transport.abort()  # a timeout, too
+                    raise
+            return connection
+        shown = ", ".join(str(a) for a in addresses)
+        raise DownloadConnectionRefusedError(f"cannot connect to {host} ({shown}:{port}): {error}") from error
+
+    async def connect_proxy(self, target: tuple[str, str, int], proxy: Proxy, bind: Bind) -> Connection:
+        """A connection through ``proxy``: to the proxy itself for a plain-HTTP
+        target, a CONNECT tunnel carrying TLS to the target for HTTPS."""
+        scheme, host, port = target
+        where = f"{proxy.host}:{proxy.port}"
+        connection = Connection()
+        tls = tunnel = None
+        app: asyncio.Protocol = connection
+        if scheme == "https":
+            tls = TLSProtocol(self.tls.connection(host), connection)
+            app = tunnel = Tunnel(connect_request(host, port, proxy.auth), tls, where)
+        outer = TLSProtocol(self.tls.connection(proxy.host), app) if proxy.scheme == "https" else None
+        loop = asyncio.get_running_loop()
+        try:
+            transport, _ = await loop.create_connection(lambda: outer or app, proxy.host, proxy.port,
+                                                        local_addr=bind)
+        except OSError as e:
+            raise DownloadConnectionRefusedError(f"cannot connect to the proxy {where}: {e}") from e
+        peer = transport.get_extra_info("peername")
+        connection.address = ipaddress.ip_address(peer[0].split("%")[0]) if peer else None
+        try:
+            if outer is not None:
+                await self.handshake(outer, proxy.host)
+            if tunnel is not None:
+                await tunnel.ready
+                self.stats.inc_value("crawler/proxy/tunnels")
+            if tls is not None:
+                await self.handshake(tls, host)
+        except BaseException:
+            transport.abort()  # a timeout, too
+            raise
         return connection
+
+    async def handshake(self, tls: TLSProtocol, host: str) -> None:
+        try:
+            await tls.ready
+        except (SSL.Error, OSError) as e:
+            raise DownloadFailedError(f"TLS handshake with {host} failed: {_tls_reason(e)}") from e
+        self.stats.inc_value("crawler/tls/handshakes")
+        if tls.resumed:
+            self.stats.inc_value("crawler/tls/resumed")
 
     def head_received(self, request: Request, start: float, exchange: Exchange) -> bool:
         request.meta["download_latency"] = time.monotonic() - start
         headers = exchange.scrapy_headers = Headers(exchange.headers)
         expected = exchange.length if exchange.length >= 0 and not exchange.chunked else None
-        if expected and exchange.maxsize and expected > exchange.maxsize:
+        # with a page cap the page is read to the cap, whatever its length says
+        if expected and exchange.maxsize and expected > exchange.maxsize and not self.page_bytes:
             exchange.fail(DownloadCancelledError(
                 f"Content-Length {expected} over DOWNLOAD_MAXSIZE ({exchange.maxsize}) for {request.url}"))
             return False
@@ -220,7 +349,8 @@ class DownloadHandler(BaseDownloadHandler):
                 return result.value
         return None
 
-    def response(self, request: Request, exchange: Exchange, address: Address) -> Response:
+    def response(self, request: Request, exchange: Exchange, address: Address | None,
+                 certificate: Certificate | None) -> Response:
         headers: Headers = exchange.scrapy_headers
         stop = exchange.stop
         body = b"" if stop is not None else exchange.body()
@@ -239,32 +369,39 @@ class DownloadHandler(BaseDownloadHandler):
             stop = self.signal(signals.bytes_received, request, data=body)
         if stop is not None or exchange.cut:
             flags.append("download_stopped")
+        elif exchange.until_close and not exchange.dataloss:
+            flags.append("partial")  # as Twisted's PotentialDataLoss: no length said where the body ends
         warnsize = request.meta.get("download_warnsize", self.warnsize)
         if warnsize and exchange.received > warnsize:
             logger.warning("Received %d bytes, over DOWNLOAD_WARNSIZE (%d), for %s",
                            exchange.received, warnsize, request)
         respcls = responsetypes.from_args(headers=headers, url=request.url, body=body)
         response = respcls(url=request.url, status=exchange.status, headers=headers, body=body, flags=flags,
-                           ip_address=address, protocol="HTTP/1.1")
+                           certificate=certificate, ip_address=address,
+                           protocol=exchange.version.decode("latin-1"))
         if stop is not None and stop.fail:
             stop.response = response
             raise stop
         return response
 
-    def proxied(self) -> BaseDownloadHandler:
-        if self._proxied is None:
-            from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
-            self._proxied = HTTP11DownloadHandler(self.crawler)
-        return self._proxied
-
     async def close(self) -> None:
         for connections in self.idle.values():
             for connection in connections:
+                if connection.idle is not None:
+                    connection.idle.cancel()
                 connection.abort()
         self.idle.clear()
+        self.lru.clear()
         self.addresses.close()
-        if self._proxied is not None:
-            await self._proxied.close()
+
+
+def _bind_address(value: Any) -> Bind:
+    if not value:
+        return None
+    if isinstance(value, str):
+        return (value, 0)
+    host, port = value
+    return (str(host), int(port))
 
 
 def _tls_reason(error: Exception) -> str:

@@ -1,0 +1,369 @@
+"""The handler's side of Scrapy's contract (crawler.fetch.handler), against
+servers on 127.0.0.1 that send fixed bytes: Accept-Encoding, bindaddress,
+certificate, protocol and the partial flag, unsupported schemes and ports,
+the timeout, Content-Length over DOWNLOAD_MAXSIZE under a page cap, every
+address of a name, the bounded idle pool. Where Scrapy's HTTP/1.1 handler
+defines the behaviour it runs against the same server as the reference."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trustme
+from scrapy import Request
+from scrapy.exceptions import (
+    DownloadCancelledError,
+    DownloadConnectionRefusedError,
+    DownloadTimeoutError,
+    IgnoreRequest,
+    NotSupported,
+    UnsupportedURLSchemeError,
+)
+from scrapy.utils.test import get_crawler
+from twisted.internet.ssl import Certificate
+
+from crawler.fetch import DownloadHandler
+from crawler.fetch._decode import accepted
+from crawler.middlewares.sizecap import SizeCapMiddleware
+
+Answer = Callable[[bytes], bytes | list[bytes]]  # the request's head -> the bytes sent back (in pieces)
+
+
+class ThreadServer:
+    """An asyncio server on 127.0.0.1 in a thread of its own (so a child
+    process can reach it too): answers each request with fixed bytes, then
+    closes or keeps the connection; HTTPS with ``tls``. Records each
+    request's head and the client's address."""
+
+    def __init__(self, answer: bytes | list[bytes] | Answer, *, close: bool = False, tls: trustme.CA | None = None,
+                 silent: bool = False, name: str = "a.test") -> None:
+        self.answer = answer if callable(answer) else (lambda _: answer)
+        self.close, self.silent = close, silent
+        self.requests: list[bytes] = []
+        self.peers: list[str] = []
+        self.open = 0  # connections open now
+        self.context: ssl.SSLContext | None = None
+        if tls is not None:
+            self.cert = tls.issue_cert(name, "127.0.0.1")
+            self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self.cert.configure_cert(self.context)
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
+        self.thread.start()
+        started.wait(5)
+
+    def _run(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(
+            asyncio.start_server(self.handle, "127.0.0.1", 0, ssl=self.context))
+        self.port = self.server.sockets[0].getsockname()[1]
+        started.set()
+        self.loop.run_forever()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.peers.append(writer.get_extra_info("peername")[0])
+        self.open += 1
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+                    break
+                self.requests.append(head)
+                if self.silent:
+                    await asyncio.sleep(30)
+                answer = self.answer(head)
+                for k, piece in enumerate(answer if isinstance(answer, list) else [answer]):
+                    if k:
+                        await asyncio.sleep(0.1)  # read apart: the client sees each piece alone
+                    writer.write(piece)
+                    await writer.drain()
+                if self.close:
+                    break
+            writer.close()
+        finally:
+            self.open -= 1
+
+    def url(self, path: str = "/", host: str = "127.0.0.1", scheme: str = "http") -> str:
+        return f"{scheme}://{host}:{self.port}{path}"
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def serve() -> Any:
+    started: list[ThreadServer] = []
+
+    def factory(answer: bytes | list[bytes] | Answer, **kw: Any) -> ThreadServer:
+        server = ThreadServer(answer, **kw)
+        started.append(server)
+        return server
+
+    yield factory
+    for server in started:
+        server.stop()
+
+
+BASE = {"CRAWLER_HOST_MAP": {"*.test": "127.0.0.1"}, "CRAWLER_ALLOW_PRIVATE": ["*.test", "127.0.0.0/8"]}
+
+
+def handler(**settings: Any) -> DownloadHandler:
+    return DownloadHandler(get_crawler(settings_dict={**BASE, **settings}))
+
+
+def fetch(h: DownloadHandler, *requests: Request | str, close: bool = True) -> list[Any]:
+    """Each request in turn on one handler: responses, or the exceptions raised."""
+    async def go() -> list[Any]:
+        out: list[Any] = []
+        for request in requests:
+            try:
+                out.append(await h.download_request(Request(request) if isinstance(request, str) else request))
+            except Exception as e:  # noqa: BLE001 - the test looks at it
+                out.append(e)
+        if close:
+            await h.close()
+        return out
+    return asyncio.run(go())
+
+
+_REFERENCE = r"""
+import json, sys
+from twisted.internet import asyncioreactor
+asyncioreactor.install()
+from twisted.internet import reactor
+from scrapy import Request
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.test import get_crawler
+from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
+
+async def main():
+    url, settings, meta = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+    handler = HTTP11DownloadHandler(get_crawler(settings_dict=settings))
+    try:
+        r = await handler.download_request(Request(url, meta=meta))
+        out = {"status": r.status, "body": r.body.decode("latin-1"), "flags": r.flags, "protocol": r.protocol,
+               "certificate": r.certificate.digest("sha256").decode() if r.certificate else None,
+               "ip_address": str(r.ip_address)}
+    except Exception as e:
+        out = {"error": type(e).__name__, "message": str(e)}
+    await handler.close()
+    print(json.dumps(out))
+
+deferred_from_coro(main()).addBoth(lambda _: reactor.stop())
+reactor.run()
+"""
+
+
+def scrapy_reference(url: str, settings: dict[str, Any] | None = None,
+                     meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What Scrapy's own HTTP11DownloadHandler makes of ``url`` (in a child
+    process: it needs Twisted's reactor)."""
+    result = subprocess.run([sys.executable, "-c", _REFERENCE, url, json.dumps(settings or {}),
+                             json.dumps(meta or {})], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout, result.stderr[-2000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def summary(response: Any) -> dict[str, Any]:
+    return {"status": response.status, "body": response.body.decode("latin-1"), "flags": response.flags,
+            "protocol": response.protocol,
+            "certificate": response.certificate.digest("sha256").decode() if response.certificate else None,
+            "ip_address": str(response.ip_address)}
+
+
+# 7. Accept-Encoding
+
+def test_a_requests_own_accept_encoding_is_sent_as_it_is(serve) -> None:
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    url = server.url()
+    fetch(handler(),
+          Request(url, headers={"Accept-Encoding": "identity"}),
+          Request(url, headers={"Accept-Encoding": "gzip;q=1.0, *;q=0"}),
+          Request(url, headers={"Accept-Encoding": "gzip, deflate, br, zstd"}),  # HttpCompressionMiddleware's
+          Request(url))
+    sent = [[line.split(b": ", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"accept-encoding:")]
+            for head in server.requests]
+    assert sent == [[b"identity"], [b"gzip;q=1.0, *;q=0"], [accepted()], [accepted()]]
+
+
+def test_identity_asked_and_answered_is_kept_as_sent(serve) -> None:
+    server = serve(lambda head: b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain" if b"identity" in head
+                   else b"HTTP/1.1 500 Wrong\r\nContent-Length: 0\r\n\r\n")
+    (response,) = fetch(handler(), Request(server.url(), headers={"Accept-Encoding": "identity"}))
+    assert response.status == 200 and response.body == b"plain"
+
+
+# 9. bindaddress
+
+def test_bindaddress_in_meta_overrides_download_bind_address(serve) -> None:
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    url = server.url()
+    h = handler(DOWNLOAD_BIND_ADDRESS="127.0.0.3")
+    responses = fetch(h, Request(url, meta={"bindaddress": "127.0.0.2"}), Request(url),
+                      Request(url, meta={"bindaddress": ("127.0.0.4", 0)}), Request(url, meta={"bindaddress": "127.0.0.2"}))
+    assert [r.status for r in responses] == [200] * 4
+    # a connection kept alive for one local address is not used for another
+    assert server.peers == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    assert len(server.requests) == 4
+    assert scrapy_reference(url, {"DOWNLOAD_BIND_ADDRESS": "127.0.0.3"}, {"bindaddress": "127.0.0.5"})["status"] == 200
+    assert server.peers[-1] == "127.0.0.5"  # Scrapy's handler does the same
+
+
+# 11. certificate, protocol, partial
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nends with the connection",
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nends with the connection",
+    b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n",  # no body, and no length: still partial
+])
+def test_protocol_and_partial_flag_as_scrapy_gives_them(serve, answer: bytes) -> None:
+    server = serve(answer, close=True)
+    (ours,) = fetch(handler(), server.url())
+    reference = scrapy_reference(server.url())
+    assert summary(ours) == reference
+    assert ours.protocol == answer[:8].decode()
+    assert ("partial" in ours.flags) == (b"Length" not in answer and b"chunked" not in answer)
+
+
+def test_https_response_carries_the_peers_certificate(serve) -> None:
+    ca = trustme.CA()
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", tls=ca)
+    url = server.url(host="a.test", scheme="https")
+    first, second = fetch(handler(), url, url)  # the second on the kept connection
+    expected = Certificate.loadPEM(server.cert.cert_chain_pems[0].bytes())
+    assert isinstance(first.certificate, Certificate)
+    assert first.certificate.digest("sha256") == second.certificate.digest("sha256") == expected.digest("sha256")
+    plain = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    assert fetch(handler(), plain.url())[0].certificate is None
+    reference = scrapy_reference(server.url(scheme="https"))
+    assert reference["certificate"] == summary(first)["certificate"]
+
+
+# 13. schemes
+
+@pytest.mark.parametrize("url", ["ftp://a.test/file", "file:///etc/passwd", "s3://bucket/key", "data:,hello"])
+def test_other_schemes_are_not_supported(url: str) -> None:
+    (error,) = fetch(handler(), url)
+    assert isinstance(error, NotSupported) and isinstance(error, UnsupportedURLSchemeError), repr(error)
+    assert "Unsupported URL scheme" in str(error)
+
+
+# 16. timeout
+
+def test_timeout_from_meta_else_download_timeout(serve) -> None:
+    server = serve(b"", silent=True)
+    h = handler(DOWNLOAD_TIMEOUT=0.6)
+    started = time.monotonic()
+    (error,) = fetch(h, server.url())
+    took = time.monotonic() - started
+    assert isinstance(error, DownloadTimeoutError) and "took longer than 0.6 seconds" in str(error)
+    assert 0.5 < took < 3
+    started = time.monotonic()
+    (error,) = fetch(handler(DOWNLOAD_TIMEOUT=30), Request(server.url(), meta={"download_timeout": 0.3}))
+    assert isinstance(error, DownloadTimeoutError) and "took longer than 0.3 seconds" in str(error)
+    assert time.monotonic() - started < 3
+
+
+# 18. Content-Length over DOWNLOAD_MAXSIZE under a page cap
+
+def test_page_longer_than_maxsize_is_read_to_the_page_cap(serve) -> None:
+    page = b"<!DOCTYPE html><html><body>" + b"x" * 200_000
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+    # the first 60 kB read alone: over the cap, under DOWNLOAD_MAXSIZE
+    with_length = serve([head + b"Content-Length: %d\r\n\r\n" % len(page) + page[:60_000], page[60_000:]])
+    without_length = serve([head + b"\r\n" + page[:60_000], page[60_000:]], close=True)
+    settings = {"DOWNLOAD_MAXSIZE": 100_000, "CRAWLER_MAX_PAGE_BYTES": 50_000}
+    h = handler(**settings)
+    both = fetch(h, with_length.url(), without_length.url())
+    sizecap = SizeCapMiddleware(h.crawler)
+    kept = []
+    for response in both:
+        assert "download_stopped" in response.flags, response.flags
+        kept.append(sizecap.process_response(Request(response.url), response))
+    assert [len(r.body) for r in kept] == [50_000, 50_000]
+    assert all("truncated" in r.flags for r in kept)
+    assert kept[0].body == kept[1].body == page[:50_000]
+    # no page cap: over DOWNLOAD_MAXSIZE is cancelled, as in Scrapy
+    (error,) = fetch(handler(CRAWLER_SIZECAP_ENABLED=False, DOWNLOAD_MAXSIZE=100_000), with_length.url())
+    assert isinstance(error, DownloadCancelledError) and "DOWNLOAD_MAXSIZE" in str(error)
+    assert scrapy_reference(with_length.url(), {"DOWNLOAD_MAXSIZE": 100_000})["error"] == "DownloadCancelledError"
+
+
+# 19. ports
+
+@pytest.mark.parametrize("port", ["0", "00"])
+def test_port_zero_is_refused_not_port_80(serve, port: str) -> None:
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    h = handler()
+    (error,) = fetch(h, f"http://a.test:{port}/")
+    assert isinstance(error, IgnoreRequest) and "bad port in http://a.test:0/: ports are 1 to 65535" in str(error)
+    assert h.crawler.stats.get_value("crawler/refused/bad_port") == 1
+    assert fetch(handler(), server.url(host="a.test"))[0].status == 200  # a good port is fetched
+
+
+@pytest.mark.parametrize("port", ["65536", "99999"])
+def test_ports_over_65535_never_make_a_request(port: str) -> None:
+    with pytest.raises(ValueError, match="Port out of range 0-65535"):
+        Request(f"http://a.test:{port}/")  # Scrapy's own refusal, before any handler
+
+
+# 20. every address, bounded pool
+
+def test_connect_tries_every_address_in_turn(serve) -> None:
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    h = handler()
+    closed = ipaddress.ip_address("127.0.0.2")  # loopback too, but nothing listens there
+    good = ipaddress.ip_address("127.0.0.1")
+
+    async def go() -> tuple[Any, Any]:
+        connection = await h.connect(("http", "a.test", server.port), [closed, good], None)
+        try:
+            await h.connect(("http", "a.test", server.port), [closed, ipaddress.ip_address("127.0.0.3")], None)
+        except DownloadConnectionRefusedError as e:
+            error = e
+        connection.close()
+        await h.close()
+        return connection, error
+
+    connection, error = asyncio.run(go())
+    assert connection.address == good
+    assert "127.0.0.2, 127.0.0.3" in str(error)
+
+
+def test_idle_pool_is_bounded_oldest_closed_first(serve) -> None:
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    h = handler()
+    h.max_idle = 3
+
+    async def go() -> tuple[list[str], int]:
+        for host in ["a.test", "b.test", "c.test", "d.test", "e.test"]:
+            assert (await h.download_request(Request(server.url(host=host)))).status == 200
+        kept = [key[1] for key in h.lru.values()]
+        for _ in range(100):
+            if server.open == 3:
+                break
+            await asyncio.sleep(0.02)
+        open_now = server.open
+        await h.close()
+        return kept, open_now
+
+    kept, open_now = asyncio.run(go())
+    assert kept == ["c.test", "d.test", "e.test"]
+    assert open_now == 3  # the two least recently used were closed
+    assert h.crawler.stats.get_value("crawler/pool/evicted") == 2

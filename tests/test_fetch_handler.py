@@ -99,9 +99,21 @@ class ThreadServer:
         return f"{scheme}://{host}:{self.port}{path}"
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+        stop_thread_loop(self.loop, self.server, self.thread)
+
+
+def stop_thread_loop(loop: asyncio.AbstractEventLoop, server: asyncio.Server, thread: threading.Thread) -> None:
+    """Close ``server`` and end its connections' tasks, then the loop and its thread."""
+    async def shutdown() -> None:
+        server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
 
 
 @pytest.fixture
@@ -151,10 +163,10 @@ from scrapy.utils.test import get_crawler
 from scrapy.core.downloader.handlers.http11 import HTTP11DownloadHandler
 
 async def main():
-    url, settings, meta = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+    url, settings, meta, headers = sys.argv[1], *map(json.loads, sys.argv[2:5])
     handler = HTTP11DownloadHandler(get_crawler(settings_dict=settings))
     try:
-        r = await handler.download_request(Request(url, meta=meta))
+        r = await handler.download_request(Request(url, meta=meta, headers=headers))
         out = {"status": r.status, "body": r.body.decode("latin-1"), "flags": r.flags, "protocol": r.protocol,
                "certificate": r.certificate.digest("sha256").decode() if r.certificate else None,
                "ip_address": str(r.ip_address)}
@@ -168,12 +180,13 @@ reactor.run()
 """
 
 
-def scrapy_reference(url: str, settings: dict[str, Any] | None = None,
-                     meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def scrapy_reference(url: str, settings: dict[str, Any] | None = None, meta: dict[str, Any] | None = None,
+                     headers: dict[str, str] | None = None) -> dict[str, Any]:
     """What Scrapy's own HTTP11DownloadHandler makes of ``url`` (in a child
     process: it needs Twisted's reactor)."""
     result = subprocess.run([sys.executable, "-c", _REFERENCE, url, json.dumps(settings or {}),
-                             json.dumps(meta or {})], capture_output=True, text=True, timeout=60)
+                             json.dumps(meta or {}), json.dumps(headers or {})],
+                            capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout, result.stderr[-2000:]
     return json.loads(result.stdout.splitlines()[-1])
 

@@ -104,6 +104,8 @@ class ThreadServer:
 
 def stop_thread_loop(loop: asyncio.AbstractEventLoop, server: asyncio.Server, thread: threading.Thread) -> None:
     """Close ``server`` and end its connections' tasks, then the loop and its thread."""
+    if not thread.is_alive():
+        return
     async def shutdown() -> None:
         server.close()
         tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -227,7 +229,8 @@ def test_bindaddress_in_meta_overrides_download_bind_address(serve) -> None:
     url = server.url()
     h = handler(DOWNLOAD_BIND_ADDRESS="127.0.0.3")
     responses = fetch(h, Request(url, meta={"bindaddress": "127.0.0.2"}), Request(url),
-                      Request(url, meta={"bindaddress": ("127.0.0.4", 0)}), Request(url, meta={"bindaddress": "127.0.0.2"}))
+                      Request(url, meta={"bindaddress": ("127.0.0.4", 0)}),
+                      Request(url, meta={"bindaddress": "127.0.0.2"}))
     assert [r.status for r in responses] == [200] * 4
     # a connection kept alive for one local address is not used for another
     assert server.peers == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]

@@ -19,7 +19,7 @@ import pytest
 import trustme
 from scrapy import Request
 from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
-from scrapy.exceptions import NotSupported
+from scrapy.exceptions import DownloadConnectionRefusedError, NotSupported
 from scrapy.utils.test import get_crawler
 
 from crawler.fetch import DownloadHandler
@@ -261,3 +261,15 @@ def test_https_proxy_carries_both_kinds_of_target(serve, proxy) -> None:
 def test_unusable_proxies_are_not_supported(value: str) -> None:
     (error,) = fetch(handler(), Request("http://a.test/", meta={"proxy": value}))
     assert isinstance(error, NotSupported), error
+
+
+def test_a_proxy_that_is_down_or_hangs_up(serve) -> None:
+    hangs_up = serve(b"", close=True)  # reads the CONNECT, closes without a word
+    down = serve(b"")
+    down_url = f"http://127.0.0.1:{down.port}"
+    down.stop()
+    refused, closed = fetch(handler(), Request("https://a.test/", meta={"proxy": down_url}),
+                            Request("https://a.test/", meta={"proxy": f"http://127.0.0.1:{hangs_up.port}"}))
+    assert isinstance(refused, DownloadConnectionRefusedError) and "the proxy 127.0.0.1" in str(refused)
+    assert isinstance(closed, TunnelError) and "connection closed" in str(closed), closed
+    assert hangs_up.requests[0].startswith(b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n")

@@ -153,13 +153,14 @@ class DownloadHandler(BaseDownloadHandler):
                     proxy: Proxy | None) -> Response:
         start = time.monotonic()
         scheme, host, port = target
-        # the target's address is checked, and refused, before anything is sent to a proxy
-        addresses = await self.resolve(host)
-        connection = self.pooled(key)
-        if connection is None:
-            if proxy is None:
-                connection = await self.connect(target, addresses, key[3])
-            else:
+        if proxy is None:
+            connection = self.pooled(key)
+            if connection is None:
+                connection = await self.connect(target, await self.resolve(host), key[3])
+        else:
+            await self.resolve(host)  # the target is refused before the proxy hears of it
+            connection = self.pooled(key)
+            if connection is None:
                 connection = await self.connect_proxy(target, proxy, key[3])
         exchange = Exchange(lambda e: self.head_received(request, start, e),
                             page_limit(request, self.page_bytes) if self.page_bytes else 1 << 62,

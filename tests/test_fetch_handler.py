@@ -280,6 +280,12 @@ def test_other_schemes_are_not_supported(url: str) -> None:
     assert "Unsupported URL scheme" in str(error)
 
 
+def test_scrapys_handler_on_other_schemes_and_port_zero() -> None:
+    """The reference for the two tests around this one."""
+    assert scrapy_reference("ftp://127.0.0.1/file")["error"] == UnsupportedURLSchemeError.__name__
+    assert scrapy_reference("http://127.0.0.1:0/")["error"] == DownloadConnectionRefusedError.__name__
+
+
 # 16. timeout
 
 def test_timeout_from_meta_else_download_timeout(serve) -> None:

@@ -368,6 +368,15 @@ def test_connect_tries_every_address_in_turn(serve) -> None:
     assert "127.0.0.2, 127.0.0.3" in str(error)
 
 
+def test_a_name_with_a_dead_first_address_is_fetched_from_the_next(serve) -> None:
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    h = handler(CRAWLER_HOST_MAP={"multi.test": ["127.0.0.2", "127.0.0.1"], "dead.test": ["127.0.0.2", "127.0.0.3"]})
+    ok, dead = fetch(h, server.url(host="multi.test"), server.url(host="dead.test"))
+    assert ok.status == 200 and str(ok.ip_address) == "127.0.0.1"
+    assert isinstance(dead, DownloadConnectionRefusedError) and "127.0.0.2, 127.0.0.3" in str(dead)
+    assert server.peers == ["127.0.0.1"]
+
+
 def test_idle_pool_is_bounded_oldest_closed_first(serve) -> None:
     server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
     h = handler()

@@ -17,6 +17,8 @@ Set by users, per request:
 
 - ``MAX_PAGE_BYTES``: this request's size cap instead of ``CRAWLER_MAX_PAGE_BYTES``.
 - ``ANY_TYPE``: download whatever the content type (``CRAWLER_HTML_ONLY``).
+- ``FALLBACK``: a URL tried once instead when this one's server cannot be
+  connected to (``crawler/fallback.py``; billion's seeds: the other scheme).
 """
 
 LEASE = "_frontier_lease"
@@ -29,3 +31,4 @@ TRUNCATED = "crawler_truncated"
 NON_HTML = "crawler_non_html"
 MAX_PAGE_BYTES = "crawler_max_page_bytes"
 ANY_TYPE = "crawler_any_type"
+FALLBACK = "crawler_fallback_url"

@@ -146,18 +146,22 @@ def test_robots_status_rules_and_crawl_delay(redis_url: str, make_web) -> None:
     from devkit.testweb.site import Site
 
     site = Site(web.config, web.port)
-    result = run_scrapy(crawl_cmd(web)[3:], scrapy_env(redis_url))
+    result = run_scrapy(crawl_cmd(web, "CRAWLER_ROBOTS_RETRY=1", "CRAWLER_ROBOTS_ERROR_TTL=1",
+                                  "CRAWLER_ROBOTS_UNREACHABLE_MAX=2")[3:], scrapy_env(redis_url))
     assert result.returncode == 0, result.stderr[-3000:]
     log = web.log()
     pages = defaultdict(list)
     for e in log:
         if e.path != "/robots.txt":
             pages[e.domain].append(e)
+    client = redis.Redis.from_url(redis_url)
+    dead = [json.loads(x) for x in client.lrange("crawler:{demo:0}:dlq", 0, -1)]
     for d in range(12):
         name, fault = web.config.domain(d), site.robots_fault(d)
         private = [e for e in pages[name] if e.path.startswith("/private/")]
         if fault == "503":
-            assert pages[name] == []  # 5xx: disallow all
+            assert pages[name] == []  # 5xx: disallow all, until its requests are dead letters
+            assert [x["reason"] for x in dead if name in x["url"]] == ["robots_unreachable"]
         elif fault == "404":
             assert private  # 4xx: allow all
         else:
@@ -165,7 +169,6 @@ def test_robots_status_rules_and_crawl_delay(redis_url: str, make_web) -> None:
         if fault is None and site.crawl_delay(d):  # robots.txt included, no tolerance
             times = sorted(e.ms for e in log if e.domain == name)
             assert all(b - a >= 1000 for a, b in zip(times, times[1:])), times
-    client = redis.Redis.from_url(redis_url)
     delays = client.hgetall("crawler:{demo:0}:policy:robots")
     assert {k.decode() for k in delays} == {web.config.domain(d) for d in range(12)
                                              if site.robots_fault(d) is None and site.crawl_delay(d)}

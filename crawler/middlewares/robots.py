@@ -21,7 +21,9 @@ What a fetch can lead to:
   tried again after ``CRAWLER_ROBOTS_RETRY`` seconds, doubling up to
   ``CRAWLER_ROBOTS_ERROR_TTL``. Once it answers, the waiting requests are
   crawled. Requests still waiting after ``CRAWLER_ROBOTS_UNREACHABLE_MAX``
-  become dead letters (``robots_unreachable``).
+  become dead letters (``robots_unreachable``). A request with a fallback
+  URL (``crawler/fallback.py``: billion's seeds) whose robots.txt could not
+  even connect goes to that URL instead.
 
 Rules are matched for ``ROBOTSTXT_USER_AGENT``, else the product token of the
 User-Agent, through an index when a group has many rules (``crawler/robots``);
@@ -50,6 +52,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
+from crawler.fallback import cannot_connect, fallback_request
 from crawler.meta import DEAD, DELAY, LEASE, MAX_PAGE_BYTES, ROBOTS
 from crawler.middlewares.useragent import product_token, user_agent
 from crawler.robots import Rules, compile_rules
@@ -84,6 +87,7 @@ class Wait(NamedTuple):
     seconds: float = 0.0
     park: bool = False
     dead: bool = False
+    connect: bool = False  # the server could not be connected to at all
 
 
 class SharedRobotsMiddleware:
@@ -135,6 +139,11 @@ class SharedRobotsMiddleware:
         else:
             fetched = None
         if isinstance(verdict, Wait):
+            fallback = fallback_request(request) if verdict.connect else None
+            if fallback is not None:  # e.g. an https:// seed of a site that only speaks http
+                self.stats.inc_value(f"crawler/fallback/{fallback.url.split(':', 1)[0]}")
+                logger.info("robots.txt of %s cannot connect: trying %s", origin, fallback.url)
+                return fallback
             return self._wait(request, verdict)
         if not verdict.allowed(request.url):
             self.stats.inc_value("crawler/robots/disallowed")
@@ -239,7 +248,7 @@ class SharedRobotsMiddleware:
             if now - record["since"] >= self.unreachable_max:
                 return Wait(dead=True)
             if record["retry_at"] > now:
-                return Wait(record["retry_at"] - now, park=True)
+                return Wait(record["retry_at"] - now, park=True, connect=record.get("connect", False))
         return None  # a redirect to follow, or an unreachable one due for a new try
 
     async def _step(self, origin: str, record: dict[str, Any] | None, now: float, *, store: Any) -> Rules | Wait:
@@ -248,7 +257,7 @@ class SharedRobotsMiddleware:
         chain: list[str] = record["chain"] if record and record["mode"] == "redirect" else []
         url = record["next"] if record and record["mode"] == "redirect" else f"{origin}/robots.txt"
         previous = record if record and record["mode"] == "unreachable" else None
-        response, error = await self._fetch(origin, url)
+        response, error, connect = await self._fetch(origin, url)
         status = response.status if response is not None else None
         if status is not None:
             self.stats.inc_value(f"crawler/robots/status/{status}")
@@ -282,10 +291,10 @@ class SharedRobotsMiddleware:
             return rules
         if status is not None and 400 <= status < 500 and status != 429:
             return self._final(origin, {"mode": "allow", "status": status}, store)
-        return self._unreachable(origin, previous, now, status, error, store)
+        return self._unreachable(origin, previous, now, status, error, connect, store)
 
     def _unreachable(self, origin: str, previous: dict[str, Any] | None, now: float, status: int | None,
-                     error: str | None, store: Any) -> Wait:
+                     error: str | None, connect: bool, store: Any) -> Wait:
         attempts = previous["attempts"] + 1 if previous else 1
         since = previous["since"] if previous else now
         wait = min(self.retry_max, self.retry * 2 ** (attempts - 1)) * self.random.uniform(0.9, 1.1)
@@ -295,10 +304,10 @@ class SharedRobotsMiddleware:
         if now - since >= self.unreachable_max:
             return Wait(dead=True)
         if store is not None:
-            record = {"mode": "unreachable", "status": status, "error": error, "since": since,
-                      "attempts": attempts, "retry_at": now + wait}
+            record = {"mode": "unreachable", "status": status, "error": error, "connect": connect,
+                      "since": since, "attempts": attempts, "retry_at": now + wait}
             store.put(origin, record, max(self.unreachable_max - (now - since), wait) + _DAY)
-        return Wait(wait, park=True)
+        return Wait(wait, park=True, connect=connect)
 
     def _final(self, origin: str, record: dict[str, Any], store: Any) -> Rules:
         if store is not None:
@@ -312,7 +321,8 @@ class SharedRobotsMiddleware:
             store.put(origin, record, self.ttl)
         return await self._remember(origin, record, self.ttl)
 
-    async def _fetch(self, origin: str, url: str) -> tuple[Response | None, str | None]:
+    async def _fetch(self, origin: str, url: str) -> tuple[Response | None, str | None, bool]:
+        """The response, or the error and whether it was one of connecting."""
         request = Request(
             url,
             priority=1000,
@@ -327,10 +337,10 @@ class SharedRobotsMiddleware:
         try:
             response: Response = await self.crawler.engine.download_async(request)  # type: ignore[union-attr]
         except Exception as exc:
-            return None, f"{type(exc).__name__}: {exc}"
+            return None, f"{type(exc).__name__}: {exc}", cannot_connect(exc)
         finally:
             self.fetched[origin] = (began, time.monotonic())
-        return response, None
+        return response, None, False
 
     def _note_hop(self, origin: str, url: str) -> None:
         """A hop to another domain took that domain's turn too."""

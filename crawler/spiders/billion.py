@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import scrapy
-from scrapy.exceptions import DownloadConnectionRefusedError, DownloadFailedError, DownloadTimeoutError
 from scrapy.http import Response, TextResponse
-from twisted.internet.error import ConnectError, TCPTimedOutError, TimeoutError
 from twisted.python.failure import Failure
 
+from crawler.fallback import cannot_connect, fallback_request
 from crawler.links import LinkExtractor
+from crawler.meta import FALLBACK
 from crawler.middlewares.robots import shared_robots
 from crawler.middlewares.useragent import product_token, user_agent
 from crawler.robots import header_nofollow
@@ -36,10 +36,6 @@ from crawler.sharding import shard_of
 
 logger = logging.getLogger(__name__)
 
-#: a seed that fails with these (retries included) is tried once with the
-#: other scheme: the server did not connect, or did not speak TLS
-_FALLBACK_ERRORS = (DownloadConnectionRefusedError, DownloadTimeoutError, ConnectError, TCPTimedOutError,
-                    TimeoutError)
 _ROBOTS_CHECK_BUDGET = 0.02  # seconds of robots.txt checks per page; the rest are checked when fetched
 _MAX_REPORTED = 20
 _UNKNOWN = object()
@@ -138,7 +134,7 @@ class BillionSpider(scrapy.Spider):
                     len(seeds), len(own), self.shard, self.shards, len(errors))
         for seed in own:
             yield scrapy.Request(seed.url, callback=self.parse, errback=self.seed_failed,
-                                 meta={"seed_fallback": seed.fallback, "depth": 0})
+                                 meta={FALLBACK: seed.fallback, "depth": 0})
 
     def _load_exclusions(self) -> None:
         path = setting(self.crawler.settings, "CRAWLER_EXCLUDE_FILE")
@@ -150,13 +146,14 @@ class BillionSpider(scrapy.Spider):
         logger.info("Exclusion list %s: %d domains (%d new)", path, sum(1 for d in domains if d), added)
 
     def seed_failed(self, failure: Failure) -> Iterator[scrapy.Request]:
+        """A seed whose server cannot be connected to (retries included) is
+        tried once with the other scheme."""
         request = failure.request  # type: ignore[attr-defined]
-        fallback = request.meta.get("seed_fallback")
-        if fallback and (failure.check(*_FALLBACK_ERRORS) or _tls_failed(failure)):
-            scheme = fallback.split(":", 1)[0]
-            self.crawler.stats.inc_value(f"crawler/seeds/{scheme}_fallback")
-            logger.info("Seed %s failed (%s): trying %s", request.url, failure.value, fallback)
-            yield scrapy.Request(fallback, callback=self.parse, dont_filter=True, meta={"depth": 0})
+        fallback = fallback_request(request) if cannot_connect(failure.value) else None
+        if fallback is not None:
+            self.crawler.stats.inc_value(f"crawler/fallback/{fallback.url.split(':', 1)[0]}")
+            logger.info("Seed %s failed (%s): trying %s", request.url, failure.value, fallback.url)
+            yield fallback
 
     # --- pages -----------------------------------------------------------
 
@@ -213,8 +210,3 @@ class BillionSpider(scrapy.Spider):
                 break
         self.crawler.stats.inc_value("crawler/links/robots_disallowed", len(links) - len(allowed))
         return allowed
-
-
-def _tls_failed(failure: Failure) -> bool:
-    """The TLS handshake failed: a server that does not speak HTTPS."""
-    return bool(failure.check(DownloadFailedError)) and "TLS handshake" in str(failure.value)

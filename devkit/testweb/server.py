@@ -111,6 +111,9 @@ class HTTPProtocol(asyncio.Protocol):
             self._process()
 
     def _process(self) -> None:
+        if self.buffer[:2] == b"\x16\x03":  # a TLS greeting on a plain port: 400, as nginx answers it
+            self._reply(_bad_request(), keep_alive=False, head_only=False)
+            return
         while self.transport is not None and not self.waiting:
             end = self.buffer.find(b"\r\n\r\n")
             if end < 0:

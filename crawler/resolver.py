@@ -1,11 +1,13 @@
 """A DNS resolver that pins host patterns to fixed addresses.
 
     TWISTED_DNS_RESOLVER = "crawler.resolver.HostMapResolver"
-    CRAWLER_HOST_MAP = {"*.test": "127.0.0.1", "api.example.com": "10.0.0.7"}
+    CRAWLER_HOST_MAP = {"*.test": "127.0.0.1", "api.example.com": "10.0.0.7",
+                        "multi.test": ["127.0.0.2", "127.0.0.1"]}
 
 Patterns are shell-style (``fnmatch``), matched case-insensitively, exact
-names first. Names that match nothing are resolved as Scrapy's default
-resolver does.
+names first. A name may lead to several addresses, in order: the fetcher
+tries each in turn, Scrapy's handlers take the first. Names that match
+nothing are resolved as Scrapy's default resolver does.
 """
 
 from __future__ import annotations
@@ -25,32 +27,42 @@ if TYPE_CHECKING:
     from twisted.internet.base import ReactorBase
 
 
-def parse_host_map(value: Mapping[str, Any]) -> dict[str, str]:
+def parse_host_map(value: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
     """Validate ``CRAWLER_HOST_MAP``; raise ``ValueError`` naming the bad entry."""
-    result: dict[str, str] = {}
-    for pattern, address in value.items():
-        try:
-            ipaddress.ip_address(str(address))
-        except ValueError:
-            raise ValueError(
-                f"CRAWLER_HOST_MAP[{pattern!r}] must be an IP address, got {address!r}"
-            ) from None
-        result[str(pattern).lower().rstrip(".")] = str(address)
+    result: dict[str, tuple[str, ...]] = {}
+    for pattern, addresses in value.items():
+        listed = tuple(addresses) if isinstance(addresses, list | tuple) else (addresses,)
+        for address in listed:
+            try:
+                ipaddress.ip_address(str(address))
+            except ValueError:
+                raise ValueError(
+                    f"CRAWLER_HOST_MAP[{pattern!r}] must be an IP address or a list of them, got {addresses!r}"
+                ) from None
+        if not listed:
+            raise ValueError(f"CRAWLER_HOST_MAP[{pattern!r}] is an empty list")
+        result[str(pattern).lower().rstrip(".")] = tuple(str(address) for address in listed)
     return result
 
 
 class HostMap:
-    def __init__(self, mapping: Mapping[str, str]) -> None:
+    def __init__(self, mapping: Mapping[str, tuple[str, ...]]) -> None:
         self.exact = {k: v for k, v in mapping.items() if not _is_pattern(k)}
         self.patterns = [(k, v) for k, v in mapping.items() if _is_pattern(k)]
 
     def lookup(self, name: str) -> str | None:
+        """The first address ``name`` is mapped to."""
+        addresses = self.lookup_all(name)
+        return addresses[0] if addresses else None
+
+    def lookup_all(self, name: str) -> tuple[str, ...] | None:
+        """Every address ``name`` is mapped to, in order."""
         name = name.lower().rstrip(".")
         if name in self.exact:
             return self.exact[name]
-        for pattern, address in self.patterns:
+        for pattern, addresses in self.patterns:
             if fnmatchcase(name, pattern):
-                return address
+                return addresses
         return None
 
 
@@ -64,7 +76,7 @@ class HostMapResolver(CachingThreadedResolver):
         reactor: ReactorBase,
         cache_size: int,
         timeout: float,
-        host_map: Mapping[str, str],
+        host_map: Mapping[str, tuple[str, ...]],
     ) -> None:
         super().__init__(reactor, cache_size, timeout)
         self.host_map = HostMap(host_map)

@@ -27,40 +27,73 @@ the CPU, and reading or setting a session object re-encodes it (0.4 ms).
   themselves; its key schedule and decryption cost less CPU.
 - Certificates are not checked, as in Scrapy, unless
   ``DOWNLOAD_VERIFY_CERTIFICATES`` is true; then the chain is verified
-  against ``CRAWLER_TLS_CA_FILE`` (PEM) or the system's store, and the name.
+  against ``CRAWLER_TLS_CA_FILE`` (PEM) or the system's store, and the
+  host: its name (DNS SAN), or for ``https://<IP address>/`` the address
+  (iPAddress SAN), as Scrapy's handler checks it.
+- Scrapy's TLS settings as Scrapy reads them: ``DOWNLOAD_TLS_MIN_VERSION``
+  and ``DOWNLOAD_TLS_MAX_VERSION`` (TLS 1.2 at least when unset, as
+  Twisted), else the deprecated ``DOWNLOADER_CLIENT_TLS_METHOD``;
+  ``DOWNLOADER_CLIENT_TLS_CIPHERS``; ``DOWNLOADER_CLIENT_TLS_VERBOSE_LOGGING``
+  (protocol, cipher and certificate at DEBUG, once per connection);
+  ``SSLKEYLOGFILE`` (NSS key log lines). A bad value is a ``SettingsError``
+  naming the setting; so is a custom ``DOWNLOADER_CLIENTCONTEXTFACTORY``,
+  which only Scrapy's own handler can use.
+- The private pyOpenSSL calls are in :mod:`crawler.fetch._openssl`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
+import os
+import sys
+import warnings
 from collections import OrderedDict
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from OpenSSL import SSL
-from OpenSSL.SSL import _ffi, _lib  # no public wrapper for sessions, or for reads without exceptions
+from scrapy.exceptions import ScrapyDeprecationWarning
 
+from crawler.fetch import _openssl
+from crawler.scheduler.config import SettingsError
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
-_RECORD = 16 * 1024 + 256
-# Reads go straight to OpenSSL into one buffer (the reactor's thread is the
-# only reader): pyOpenSSL's recv and bio_read raise an exception for "no
-# more data yet", which ends nearly every read, at 2% of a crawl's CPU.
-_BUFFER = _ffi.new("char[]", 4 * _RECORD)
+logger = logging.getLogger(__name__)
+
+_VERSIONS = {"TLSv1.0": SSL.TLS1_VERSION, "TLSv1.1": SSL.TLS1_1_VERSION,
+             "TLSv1.2": SSL.TLS1_2_VERSION, "TLSv1.3": SSL.TLS1_3_VERSION}
+_METHODS = {"TLS": None, "TLSv1.0": SSL.TLS1_VERSION, "TLSv1.1": SSL.TLS1_1_VERSION,
+            "TLSv1.2": SSL.TLS1_2_VERSION}  # DOWNLOADER_CLIENT_TLS_METHOD: one version each
+# Scrapy's own factory, by the names it is known by
+_STOCK_FACTORIES = {"SENTINEL", "scrapy.core.downloader.contextfactory.ScrapyClientContextFactory",
+                    "scrapy.core.downloader.contextfactory._ScrapyClientContextFactory"}
 
 
 class TLS:
     def __init__(self, settings: BaseSettings) -> None:
+        factory = settings.get("DOWNLOADER_CLIENTCONTEXTFACTORY")
+        if factory and not (isinstance(factory, str) and factory in _STOCK_FACTORIES):
+            raise SettingsError(
+                f"DOWNLOADER_CLIENTCONTEXTFACTORY ({factory!r}) is not supported by crawler.fetch.DownloadHandler; "
+                "to use it, set DOWNLOAD_HANDLERS = {'https': "
+                "'scrapy.core.downloader.handlers.http11.HTTP11DownloadHandler'}")
         self.max_sessions = setting(settings, "CRAWLER_TLS_SESSIONS")  # 0: no resumption
         self.sessions: OrderedDict[str, Any] = OrderedDict()  # host -> SSL_SESSION *
         self.verify = settings.getbool("DOWNLOAD_VERIFY_CERTIFICATES", False)
+        self.verbose = settings.getbool("DOWNLOADER_CLIENT_TLS_VERBOSE_LOGGING")
         context = self.context = SSL.Context(SSL.TLS_CLIENT_METHOD)
-        context.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_ALL)
+        # OP_LEGACY_SERVER_CONNECT as Scrapy: servers without RFC 5746 renegotiation
+        context.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_ALL | SSL.OP_LEGACY_SERVER_CONNECT)
         context.set_session_cache_mode(SSL.SESS_CACHE_CLIENT | SSL.SESS_CACHE_NO_INTERNAL)
-        context.set_cipher_list((settings.get("DOWNLOADER_CLIENT_TLS_CIPHERS") or "DEFAULT").encode("ascii"))
+        minimum, maximum = _version_limits(settings)
+        context.set_min_proto_version(minimum)
+        context.set_max_proto_version(maximum)
+        _set_ciphers(context, settings.get("DOWNLOADER_CLIENT_TLS_CIPHERS") or "DEFAULT")
         _set_groups(context, setting(settings, "CRAWLER_TLS_GROUPS"))
         _set_suites(context, setting(settings, "CRAWLER_TLS13_CIPHERSUITES"))
         if self.verify:
@@ -71,17 +104,24 @@ class TLS:
                 context.set_default_verify_paths()
             context.set_verify(SSL.VERIFY_PEER, None)
         context.set_alpn_protos([b"http/1.1"])
+        if keylog := _keylog_file():
+            context.set_keylog_callback(_keylog_writer(keylog))
 
     def connection(self, host: str) -> SSL.Connection:
         connection = SSL.Connection(self.context, None)
-        if not _is_address(host):
+        address = _address(host)
+        if address is None:
             name = host.encode("idna")
             connection.set_tlsext_host_name(name)
             if self.verify:
-                _lib.X509_VERIFY_PARAM_set1_host(_lib.SSL_get0_param(connection._ssl), name, len(name))
+                _openssl.expect_name(connection, name)
+        elif self.verify:  # no SNI for an address, but its certificate must name it
+            _openssl.expect_ip(connection, address.packed)
         session = self.sessions.get(host)
         if session is not None:
-            _lib.SSL_set_session(connection._ssl, session)  # takes its own reference
+            _openssl.offer(connection, session)
+        if self.verbose:
+            connection.set_app_data(host)  # TLSProtocol logs the handshake for it
         connection.set_connect_state()
         return connection
 
@@ -89,9 +129,9 @@ class TLS:
         """After an exchange: keep the connection's session for the host's next one."""
         if not self.max_sessions:
             return
-        session = _lib.SSL_get1_session(connection._ssl)
-        if session != _ffi.NULL:
-            self.sessions[host] = _ffi.gc(session, _lib.SSL_SESSION_free)
+        session = _openssl.session(connection)
+        if session is not None:
+            self.sessions[host] = session
             self.sessions.move_to_end(host)
             if len(self.sessions) > self.max_sessions:
                 self.sessions.popitem(last=False)
@@ -109,7 +149,7 @@ class TLSProtocol(asyncio.Protocol):
 
     @property
     def resumed(self) -> bool:
-        return bool(_lib.SSL_session_reused(self.tls._ssl))
+        return _openssl.resumed(self.tls)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -126,6 +166,8 @@ class TLSProtocol(asyncio.Protocol):
             self._fail(e)
             return False
         self._flush()
+        if (host := self.tls.get_app_data()) is not None:
+            log_connection(host, self.tls)
         self.app.connection_made(self)  # type: ignore[arg-type]
         self.ready.set_result(None)
         return True
@@ -140,38 +182,23 @@ class TLSProtocol(asyncio.Protocol):
         self.tls.bio_write(data)
         if not self.ready.done() and not self._handshake():
             return
-        chunks = []
-        ended = False
-        tls = self.tls
-        while True:
-            size = _lib.SSL_read(tls._ssl, _BUFFER, len(_BUFFER))
-            if size > 0:
-                chunks.append(_ffi.buffer(_BUFFER, size)[:])
-                continue
-            if _lib.SSL_get_error(tls._ssl, size) == _lib.SSL_ERROR_WANT_READ:
-                break
-            try:
-                tls._raise_ssl_error(tls._ssl, size)  # pyOpenSSL's own exception for the error
-            except SSL.ZeroReturnError:
-                ended = True
-            except SSL.Error as e:
-                self.app.connection_lost(ConnectionError(f"TLS error: {e}"))
-                self.abort()
-                return
-            break
+        try:
+            plain, ended = _openssl.read(self.tls)
+        except SSL.Error as e:
+            self._flush()
+            self.app.connection_lost(ConnectionError(f"TLS error: {e}"))
+            self.abort()
+            return
         self._flush()
-        if chunks:
-            self.app.data_received(b"".join(chunks))
+        if plain:
+            self.app.data_received(plain)
         if ended:
             self.app.eof_received()
 
     def _flush(self) -> None:
-        out = self.tls._from_ssl
-        chunks = []
-        while (size := _lib.BIO_read(out, _BUFFER, len(_BUFFER))) > 0:
-            chunks.append(_ffi.buffer(_BUFFER, size)[:])
-        if chunks and self.transport is not None:
-            self.transport.write(b"".join(chunks))
+        out = _openssl.drain(self.tls)
+        if out and self.transport is not None:
+            self.transport.write(out)
 
     def eof_received(self) -> None:
         if self.ready.done():
@@ -222,7 +249,7 @@ class TLSProtocol(asyncio.Protocol):
 
 
 def _set_groups(context: SSL.Context, groups: str) -> None:
-    if groups and not _lib.SSL_CTX_set1_curves_list(context._context, groups.encode("ascii")):
+    if groups and not _openssl.set_groups(context, groups.encode("ascii")):
         raise ValueError(f"CRAWLER_TLS_GROUPS: OpenSSL knows none of {groups!r}")
 
 
@@ -242,11 +269,77 @@ def check_lists(groups: str, suites: str) -> None:
     _set_suites(context, suites)
 
 
-def _is_address(host: str) -> bool:
-    if ":" not in host and not host[-1:].isdigit():
-        return False  # a name: no IPv6 colon, and no IPv4 address ends in a letter
+def _set_ciphers(context: SSL.Context, ciphers: str) -> None:
     try:
-        ipaddress.ip_address(host)
+        context.set_cipher_list(ciphers.encode("ascii"))
+    except (SSL.Error, UnicodeError):
+        raise SettingsError(f"DOWNLOADER_CLIENT_TLS_CIPHERS: OpenSSL knows none of {ciphers!r}") from None
+
+
+def _version_limits(settings: BaseSettings) -> tuple[int, int]:
+    """OpenSSL's (minimum, maximum) protocol versions, as Scrapy's settings ask."""
+    limits = []
+    for name in ("DOWNLOAD_TLS_MIN_VERSION", "DOWNLOAD_TLS_MAX_VERSION"):
+        value = settings.get(name)
+        if value is not None and value not in _VERSIONS:
+            raise SettingsError(f"{name} must be one of {', '.join(_VERSIONS)} or None, got {value!r}")
+        limits.append(_VERSIONS.get(value))
+    minimum, maximum = limits
+    if minimum is None and maximum is None:
+        method = settings.get("DOWNLOADER_CLIENT_TLS_METHOD") or "TLS"
+        if method not in _METHODS:
+            raise SettingsError(f"DOWNLOADER_CLIENT_TLS_METHOD must be one of {', '.join(_METHODS)}, got {method!r}")
+        if method != "TLS":
+            warnings.warn("Setting DOWNLOADER_CLIENT_TLS_METHOD to a non-default value is deprecated, please use "
+                          "DOWNLOAD_TLS_MIN_VERSION and/or DOWNLOAD_TLS_MAX_VERSION instead.",
+                          ScrapyDeprecationWarning, stacklevel=2)
+            return _METHODS[method], _METHODS[method]  # type: ignore[return-value]
+    if minimum is not None and maximum is not None and minimum > maximum:
+        raise SettingsError(f"DOWNLOAD_TLS_MIN_VERSION ({settings.get('DOWNLOAD_TLS_MIN_VERSION')}) is above "
+                            f"DOWNLOAD_TLS_MAX_VERSION ({settings.get('DOWNLOAD_TLS_MAX_VERSION')})")
+    # unset: at least TLS 1.2 (Twisted's default, so Scrapy's), at most what OpenSSL knows (0)
+    return minimum or min(SSL.TLS1_2_VERSION, maximum or SSL.TLS1_2_VERSION), maximum or 0
+
+
+def check_tls(settings: BaseSettings) -> None:
+    """``SettingsError`` naming the first bad TLS setting (Scrapy's or the crawler's)."""
+    TLS(settings)
+
+
+def log_connection(host: str, connection: SSL.Connection) -> None:
+    """What Scrapy logs with ``DOWNLOADER_CLIENT_TLS_VERBOSE_LOGGING``."""
+    logger.debug("SSL connection to %s using protocol %s, cipher %s",
+                 host, connection.get_protocol_version_name(), connection.get_cipher_name())
+    if certificate := connection.get_peer_certificate(as_cryptography=True):
+        logger.debug('SSL connection certificate: issuer "%s", subject "%s"',
+                     certificate.issuer.rfc4514_string(), certificate.subject.rfc4514_string())
+
+
+def _keylog_file() -> Path | None:
+    """``SSLKEYLOGFILE``, if set and writable (as Scrapy reads it)."""
+    if sys.flags.ignore_environment or not (filename := os.environ.get("SSLKEYLOGFILE")):
+        return None
+    path = Path(filename)
+    try:
+        with path.open("ab"):
+            pass
+    except OSError as e:
+        logger.warning("Cannot write TLS session keys to %s: %s", filename, e)
+        return None
+    return path
+
+
+def _keylog_writer(path: Path) -> Any:
+    def write(connection: SSL.Connection, line: bytes) -> None:
+        with path.open("ab") as f:
+            f.write(line + b"\n")
+    return write
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    if ":" not in host and not host[-1:].isdigit():
+        return None  # a name: no IPv6 colon, and no IPv4 address ends in a letter
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        return False
-    return True
+        return None

@@ -78,6 +78,7 @@ _LOCAL = 50_000  # origins whose rules a process keeps
 _LOCAL_TTL = 300.0
 _WORKER_BYTES = 16_384  # robots.txt bodies from which parsing runs in a worker process
 _DAY = 86_400.0
+_REFUSED = "refused"
 
 
 class Wait(NamedTuple):
@@ -258,6 +259,13 @@ class SharedRobotsMiddleware:
         url = record["next"] if record and record["mode"] == "redirect" else f"{origin}/robots.txt"
         previous = record if record and record["mode"] == "unreachable" else None
         response, error, connect = await self._fetch(origin, url)
+        if error is _REFUSED:
+            # refused by the crawler's own rules (an address it may not reach):
+            # the page would be refused as surely, where that is counted
+            self.stats.inc_value("crawler/robots/refused")
+            rules = Rules({"mode": "allow"}, self.agent)
+            self._keep(origin, rules, self.ttl)  # in this process only: nothing to share
+            return rules
         status = response.status if response is not None else None
         if status is not None:
             self.stats.inc_value(f"crawler/robots/status/{status}")
@@ -328,7 +336,7 @@ class SharedRobotsMiddleware:
             priority=1000,
             callback=NO_CALLBACK,
             meta={"dont_obey_robotstxt": True, ROBOTS: True, "dont_redirect": True, "dont_retry": True,
-                  "handle_httpstatus_all": True, MAX_PAGE_BYTES: self.max_bytes,
+                  "handle_httpstatus_all": True, "allow_offsite": True, MAX_PAGE_BYTES: self.max_bytes,
                   # read up to the cap whatever the length says (RFC 9309 2.5)
                   "download_maxsize": 0},
         )
@@ -336,10 +344,12 @@ class SharedRobotsMiddleware:
         began = time.monotonic()
         try:
             response: Response = await self.crawler.engine.download_async(request)  # type: ignore[union-attr]
+        except IgnoreRequest:
+            return None, _REFUSED, False  # it never left: not the domain's turn
         except Exception as exc:
-            return None, f"{type(exc).__name__}: {exc}", cannot_connect(exc)
-        finally:
             self.fetched[origin] = (began, time.monotonic())
+            return None, f"{type(exc).__name__}: {exc}", cannot_connect(exc)
+        self.fetched[origin] = (began, time.monotonic())
         return response, None, False
 
     def _note_hop(self, origin: str, url: str) -> None:

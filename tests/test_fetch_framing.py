@@ -259,3 +259,16 @@ async def exchange_for(answer: bytes, piece: int = 7, **kwargs: Any) -> Exchange
         connection.close()
         server.stop()
     return exchange
+
+
+def test_one_read_past_the_cap_and_maxsize_is_cut_at_the_cap() -> None:
+    """Bytes past the page cap are dropped before they count against
+    DOWNLOAD_MAXSIZE: a page that arrives in one read is cut, not cancelled."""
+    async def run() -> Exchange:
+        exchange = Exchange(lambda e: True, 50_000, 100_000, 65_536, head_only=False)
+        exchange.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n" + b"x" * 200_000)
+        await exchange.done
+        return exchange
+
+    exchange = asyncio.run(run())
+    assert exchange.cut and exchange.kept == 50_001 and exchange.received == 50_001

@@ -310,17 +310,19 @@ def test_page_longer_than_maxsize_is_read_to_the_page_cap(serve) -> None:
     # the first 60 kB read alone: over the cap, under DOWNLOAD_MAXSIZE
     with_length = serve([head + b"Content-Length: %d\r\n\r\n" % len(page) + page[:60_000], page[60_000:]])
     without_length = serve([head + b"\r\n" + page[:60_000], page[60_000:]], close=True)
+    # one read past both the cap and DOWNLOAD_MAXSIZE: cut at the cap all the same
+    one_read = serve([head + b"Content-Length: %d\r\n\r\n" % len(page) + page])
     settings = {"DOWNLOAD_MAXSIZE": 100_000, "CRAWLER_MAX_PAGE_BYTES": 50_000}
     h = handler(**settings)
-    both = fetch(h, with_length.url(), without_length.url())
+    three = fetch(h, with_length.url(), without_length.url(), one_read.url())
     sizecap = SizeCapMiddleware(h.crawler)
     kept = []
-    for response in both:
-        assert "download_stopped" in response.flags, response.flags
+    for response in three:
+        assert "download_stopped" in response.flags, response
         kept.append(sizecap.process_response(Request(response.url), response))
-    assert [len(r.body) for r in kept] == [50_000, 50_000]
+    assert [len(r.body) for r in kept] == [50_000, 50_000, 50_000]
     assert all("truncated" in r.flags for r in kept)
-    assert kept[0].body == kept[1].body == page[:50_000]
+    assert kept[0].body == kept[1].body == kept[2].body == page[:50_000]
     # no page cap: over DOWNLOAD_MAXSIZE is cancelled, as in Scrapy
     (error,) = fetch(handler(CRAWLER_SIZECAP_ENABLED=False, DOWNLOAD_MAXSIZE=100_000), with_length.url())
     assert isinstance(error, DownloadCancelledError) and "DOWNLOAD_MAXSIZE" in str(error)

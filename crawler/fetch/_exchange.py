@@ -251,19 +251,19 @@ class Exchange:
     def _keep(self, data: bytes) -> None:
         if self.finished or not data:
             return
+        room = self.cap + 1 - self.kept
+        if self.decoder is None and len(data) > room:
+            data = data[:room]  # past the cap: never counted against DOWNLOAD_MAXSIZE
         self.received += len(data)
         if self.maxsize and self.received > self.maxsize:
             self.fail(DownloadCancelledError(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes)"))
             return
-        room = self.cap + 1 - self.kept
         if self.decoder is not None:
             try:
                 data = self.decoder.feed(data, room)
             except Exception as e:
                 self.fail(DownloadFailedError(f"cannot decode the body: {e}"))
                 return
-        elif len(data) > room:
-            data = data[:room]
         if data:
             self.parts.append(data)
             self.kept += len(data)

@@ -162,8 +162,9 @@ class DownloadHandler(BaseDownloadHandler):
             connection = self.pooled(key)
             if connection is None:
                 connection = await self.connect_proxy(target, proxy, key[3])
+        # a request's own cap (robots.txt has one) holds even without the size-cap middleware
         exchange = Exchange(lambda e: self.head_received(request, start, e),
-                            page_limit(request, self.page_bytes) if self.page_bytes else 1 << 62,
+                            page_limit(request, self.page_bytes or 1 << 62),
                             int(request.meta.get("download_maxsize", self.maxsize)), self.max_head,
                             head_only=request.method == "HEAD")
         connection.send(self.serialize(request, url, target, proxy), exchange)
@@ -356,7 +357,12 @@ class DownloadHandler(BaseDownloadHandler):
         stop = exchange.stop
         body = b"" if stop is not None else exchange.body()
         if exchange.decoder is not None:
-            headers.pop(b"Content-Encoding", None)
+            if exchange.codings_left:  # an unknown coding: what is left of the header, as Scrapy leaves it
+                headers[b"Content-Encoding"] = exchange.codings_left
+            else:
+                headers.pop(b"Content-Encoding", None)
+        if exchange.bad_header_lines:
+            self.stats.inc_value("crawler/fetch/bad_header_lines", exchange.bad_header_lines)
         flags: list[str] = []
         if exchange.dataloss:
             if request.meta.get("download_fail_on_dataloss", self.fail_on_dataloss):

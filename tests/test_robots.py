@@ -111,6 +111,11 @@ def test_robots_unreachable_past_the_deadline_turns_its_urls_into_dead_letters(
     assert sorted(x["url"] for x in letters if x["reason"] == "robots_unreachable") == sorted(
         web.url(d) for d in down)
     assert stats["crawler/dlq/robots_unreachable"] == len(down)
+    shown = run_scrapy(["frontier", "billion", "--json"], scrapy_env(redis_url))
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    (report,) = json.loads(shown.stdout)  # one shard
+    assert report["robots_postponed"] == stats["crawler/robots/postponed"] >= len(down)
+    assert report["dead_letters"] == {"robots_unreachable": len(down)}
 
 
 def test_hostile_robots_files_are_read_to_500_kib_without_stalling(redis_url: str, make_web,

@@ -46,6 +46,8 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "dead_letters": dict(DeadLetters(frontier.client, keys).counts()),
         "denials_share": round(counters.get("denials", 0) / attempts, 4) if attempts else 0.0,
         "stale_locks": counters.get("stale_locks", 0),
+        "robots_disallowed": counters.get("robots_disallowed", 0),
+        "robots_postponed": counters.get("robots_postponed", 0),
         "dedup": mode,
         "seen": counters.get("enqueued", 0),
         "bloom_error_rate": frontier.bloom_error_rate() if mode == "bloom" else None,
@@ -68,6 +70,8 @@ def text(r: dict[str, Any]) -> str:
         f"  domains       {r['domains_due']} due now, {r['domains_waiting']} waiting, next due {nxt}",
         f"  leases        {r['leases']} held, {r['leases_expired']} expired",
         f"  dead letters  {dead}",
+        f"  robots.txt    {r['robots_disallowed']} requests refused by a Disallow, {r['robots_postponed']} "
+        f"postponed while their robots.txt was unreachable (they wait in 'delayed')",
         f"  politeness    rate-limiter denials {r['denials_share']:.1%} of dequeue attempts, "
         f"{r['stale_locks']} stale locks",
         f"  dedup         {r['dedup']}, {r['seen']} URLs seen, {r['capped']} dropped at the domain cap{bloom}",

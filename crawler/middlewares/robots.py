@@ -148,6 +148,9 @@ class SharedRobotsMiddleware:
             return self._wait(request, verdict)
         if not verdict.allowed(request.url):
             self.stats.inc_value("crawler/robots/disallowed")
+            scheduler = frontier_scheduler(self.crawler)
+            if scheduler is not None:
+                scheduler.reports.count("robots_disallowed")
             raise IgnoreRequest("Forbidden by robots.txt")
         if fetched is not None and LEASE in request.meta:
             self.stats.inc_value("crawler/robots/handed_back")
@@ -169,6 +172,7 @@ class SharedRobotsMiddleware:
             raise IgnoreRequest("robots.txt unreachable for longer than CRAWLER_ROBOTS_UNREACHABLE_MAX")
         if wait.park and scheduler is not None:
             scheduler.reports.push_domain(request.url, wait.seconds)
+            scheduler.reports.count("robots_postponed")
             self.stats.inc_value("crawler/robots/postponed")
         return self._hand_back(request, wait.seconds)
 

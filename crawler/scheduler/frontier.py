@@ -189,6 +189,10 @@ class Frontier:
             "counters": stats,
         }
 
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to the frontier's shared counter ``name`` (``scrapy frontier``)."""
+        self.client.hincrby(self.keys.stats, name, n)
+
     def count_dropped(self, n: int) -> None:
         """Count requests dropped because Redis is out of memory."""
         if n:

@@ -44,6 +44,15 @@ class Reports:
             return
         inc(self.stats, "crawler/frontier/domain_pushbacks")
 
+    def count(self, name: str) -> None:
+        """One more in the frontier's shared counter ``name``: what every
+        process did, for ``scrapy frontier`` (lost while Redis is away)."""
+        try:
+            self.frontier.count(name)
+        except redis.RedisError as exc:
+            if isinstance(exc, REDIS_ERRORS):
+                self.guard.failed(exc)
+
     def dead_letter(self, request: Request | str, reason: str, *, status: int | None = None,
                     exception: BaseException | str | None = None) -> None:
         """Record a request given up on in the dead-letter queue."""

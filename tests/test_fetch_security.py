@@ -27,7 +27,7 @@ from scrapy.utils.test import get_crawler
 
 from crawler.fetch import DownloadHandler, _openssl
 from crawler.fetch._address import Addresses, BadHost, PrivateAddressRefused, host_problem, is_public
-from crawler.fetch._tls import TLS, TLSProtocol
+from crawler.fetch._tls import TLS, TLSProtocol, check_tls
 from crawler.resolver import HostMap, parse_host_map
 from crawler.scheduler.config import SettingsError
 
@@ -221,6 +221,19 @@ def test_bad_tls_settings_are_one_line(settings: dict[str, str], message: str) -
         TLS(Settings(settings))
     with pytest.raises(SettingsError, match=f"^{message}$"):  # the handler says it before any request
         DownloadHandler(get_crawler(settings_dict=settings))
+
+
+def test_settings_check_asks_only_when_the_handler_is_ours() -> None:
+    custom = {"DOWNLOADER_CLIENTCONTEXTFACTORY": "myproject.tls.MyFactory"}
+    check_tls(Settings(custom))  # Scrapy's handlers: theirs to use
+    check_tls(Settings({**custom, "DOWNLOAD_HANDLERS": {"https": "scrapy.core.downloader.handlers.http11."
+                                                                 "HTTP11DownloadHandler"}}))
+    for ours in ("crawler.fetch.DownloadHandler", DownloadHandler):
+        with pytest.raises(SettingsError, match="^DOWNLOADER_CLIENTCONTEXTFACTORY .* is not supported"):
+            check_tls(Settings({**custom, "DOWNLOAD_HANDLERS": {"http": ours}}))
+    with pytest.raises(SettingsError, match="^CRAWLER_TLS_CA_FILE: OpenSSL cannot load '/no/such.pem': "):
+        check_tls(Settings({"DOWNLOAD_VERIFY_CERTIFICATES": True, "CRAWLER_TLS_CA_FILE": "/no/such.pem",
+                            "DOWNLOAD_HANDLERS": {"https": DownloadHandler}}))
 
 
 def test_scrapys_own_context_factory_is_accepted() -> None:

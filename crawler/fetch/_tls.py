@@ -99,7 +99,10 @@ class TLS:
         if self.verify:
             ca_file = setting(settings, "CRAWLER_TLS_CA_FILE") or ""
             if ca_file:
-                context.load_verify_locations(ca_file)
+                try:
+                    context.load_verify_locations(ca_file)
+                except SSL.Error as e:
+                    raise SettingsError(f"CRAWLER_TLS_CA_FILE: OpenSSL cannot load {ca_file!r}: {e}") from None
             else:
                 context.set_default_verify_paths()
             context.set_verify(SSL.VERIFY_PEER, None)
@@ -302,8 +305,21 @@ def _version_limits(settings: BaseSettings) -> tuple[int, int]:
 
 
 def check_tls(settings: BaseSettings) -> None:
-    """``SettingsError`` naming the first bad TLS setting (Scrapy's or the crawler's)."""
-    TLS(settings)
+    """``SettingsError`` naming the first bad TLS setting (Scrapy's or the
+    crawler's), if :class:`crawler.fetch.DownloadHandler` downloads http or https."""
+    from scrapy.utils.misc import load_object
+
+    from crawler.fetch.handler import DownloadHandler
+
+    for scheme in ("http", "https"):
+        handler = settings.getdict("DOWNLOAD_HANDLERS").get(scheme)
+        try:
+            handler = load_object(handler) if isinstance(handler, str) else handler
+        except (ImportError, ValueError, NameError, AttributeError):
+            continue  # Scrapy names it when it loads the handlers
+        if isinstance(handler, type) and issubclass(handler, DownloadHandler):
+            TLS(settings)
+            return
 
 
 def log_connection(host: str, connection: SSL.Connection) -> None:

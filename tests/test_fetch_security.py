@@ -392,6 +392,17 @@ def test_hosts_that_can_be_names(host: str) -> None:
     assert host_problem(host) is None
 
 
+@given(st.text(alphabet="abcxyz019-_.\u00fc\u4e2d\u2488", max_size=300)
+       | st.lists(st.sampled_from(["xn--", "xn--zz", "xn--bcher-kva", "a" * 63, "a" * 64, "", "b"]), max_size=6)
+       .map(".".join))
+def test_a_host_taken_as_a_name_can_be_encoded(host: str) -> None:
+    """What host_problem lets through, TLS (SNI) and the system resolver can encode."""
+    if host_problem(host) is None:
+        encoded = host.encode("idna")
+        name = encoded[:-1] if encoded.endswith(b".") else encoded
+        assert 0 < len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split(b"."))
+
+
 def addresses(**settings: Any) -> Addresses:
     crawler = get_crawler(settings_dict=settings)
     crawler.stats.open_spider()

@@ -209,6 +209,8 @@ def test_ciphers_are_honoured(ca: trustme.CA) -> None:
      r"DOWNLOAD_TLS_MIN_VERSION \(TLSv1.3\) is above DOWNLOAD_TLS_MAX_VERSION \(TLSv1.2\)"),
     ({"DOWNLOADER_CLIENT_TLS_METHOD": "SSLv3"},
      "DOWNLOADER_CLIENT_TLS_METHOD must be one of TLS, TLSv1.0, TLSv1.1, TLSv1.2, got 'SSLv3'"),
+    ({"DOWNLOADER_CLIENT_TLS_METHOD": "SSLv3", "DOWNLOAD_TLS_MIN_VERSION": "TLSv1.2"},  # checked, as by Scrapy
+     "DOWNLOADER_CLIENT_TLS_METHOD must be one of TLS, TLSv1.0, TLSv1.1, TLSv1.2, got 'SSLv3'"),
     ({"DOWNLOADER_CLIENT_TLS_CIPHERS": "NO-SUCH-CIPHER"},
      "DOWNLOADER_CLIENT_TLS_CIPHERS: OpenSSL knows none of 'NO-SUCH-CIPHER'"),
     ({"DOWNLOADER_CLIENTCONTEXTFACTORY": "myproject.tls.MyFactory"},
@@ -237,7 +239,10 @@ def test_settings_check_asks_only_when_the_handler_is_ours() -> None:
 
 
 def test_scrapys_own_context_factory_is_accepted() -> None:
-    for factory in ("SENTINEL", "scrapy.core.downloader.contextfactory.ScrapyClientContextFactory"):
+    from scrapy.core.downloader.contextfactory import _ScrapyClientContextFactory
+
+    for factory in ("SENTINEL", "scrapy.core.downloader.contextfactory.ScrapyClientContextFactory",
+                    _ScrapyClientContextFactory):
         TLS(Settings({"DOWNLOADER_CLIENTCONTEXTFACTORY": factory}))
 
 

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from OpenSSL import SSL
 from scrapy.exceptions import ScrapyDeprecationWarning
+from scrapy.utils.python import global_object_name
 
 from crawler.fetch import _openssl
 from crawler.scheduler.config import SettingsError
@@ -77,7 +78,7 @@ _STOCK_FACTORIES = {"SENTINEL", "scrapy.core.downloader.contextfactory.ScrapyCli
 class TLS:
     def __init__(self, settings: BaseSettings) -> None:
         factory = settings.get("DOWNLOADER_CLIENTCONTEXTFACTORY")
-        if factory and not (isinstance(factory, str) and factory in _STOCK_FACTORIES):
+        if factory and (factory if isinstance(factory, str) else global_object_name(factory)) not in _STOCK_FACTORIES:
             raise SettingsError(
                 f"DOWNLOADER_CLIENTCONTEXTFACTORY ({factory!r}) is not supported by crawler.fetch.DownloadHandler; "
                 "to use it, set DOWNLOAD_HANDLERS = {'https': "
@@ -288,10 +289,10 @@ def _version_limits(settings: BaseSettings) -> tuple[int, int]:
             raise SettingsError(f"{name} must be one of {', '.join(_VERSIONS)} or None, got {value!r}")
         limits.append(_VERSIONS.get(value))
     minimum, maximum = limits
+    method = settings.get("DOWNLOADER_CLIENT_TLS_METHOD") or "TLS"
+    if method not in _METHODS:
+        raise SettingsError(f"DOWNLOADER_CLIENT_TLS_METHOD must be one of {', '.join(_METHODS)}, got {method!r}")
     if minimum is None and maximum is None:
-        method = settings.get("DOWNLOADER_CLIENT_TLS_METHOD") or "TLS"
-        if method not in _METHODS:
-            raise SettingsError(f"DOWNLOADER_CLIENT_TLS_METHOD must be one of {', '.join(_METHODS)}, got {method!r}")
         if method != "TLS":
             warnings.warn("Setting DOWNLOADER_CLIENT_TLS_METHOD to a non-default value is deprecated, please use "
                           "DOWNLOAD_TLS_MIN_VERSION and/or DOWNLOAD_TLS_MAX_VERSION instead.",

@@ -53,13 +53,14 @@ def _check(settings: BaseSettings) -> None:
     FrontierSettings.from_settings(settings)
     lock_ttl(settings)
     from crawler.fetch._address import Allowed
-    from crawler.fetch._tls import check_lists
+    from crawler.fetch._tls import check_lists, check_tls
     from crawler.resolver import parse_host_map
 
     try:
         parse_host_map(settings.getdict("CRAWLER_HOST_MAP"))
         Allowed(settings.getlist("CRAWLER_ALLOW_PRIVATE"))
         check_lists(setting(settings, "CRAWLER_TLS_GROUPS"), setting(settings, "CRAWLER_TLS13_CIPHERSUITES"))
+        check_tls(settings)
     except ValueError as exc:
         raise SettingsError(str(exc)) from None
 

@@ -39,7 +39,36 @@ from crawler.middlewares.sizecap import SizeCapMiddleware
 Answer = Callable[[bytes], bytes | list[bytes]]  # the request's head -> the bytes sent back (in pieces)
 
 
-class ThreadServer:
+class LoopThread:
+    """An asyncio server on 127.0.0.1 (TLS with ``self.context``) in a thread
+    of its own, so a child process can reach it too; subclasses answer in
+    ``handle``."""
+
+    context: ssl.SSLContext | None = None
+
+    def start(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
+        self.thread.start()
+        started.wait(5)
+
+    def _run(self, started: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(
+            asyncio.start_server(self.handle, "127.0.0.1", 0, ssl=self.context))
+        self.port = self.server.sockets[0].getsockname()[1]
+        started.set()
+        self.loop.run_forever()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        stop_thread_loop(self.loop, self.server, self.thread)
+
+
+class ThreadServer(LoopThread):
     """An asyncio server on 127.0.0.1 in a thread of its own (so a child
     process can reach it too): answers each request with fixed bytes, then
     closes or keeps the connection; HTTPS with ``tls``. Records each
@@ -57,19 +86,7 @@ class ThreadServer:
             self.cert = tls.issue_cert(name, "127.0.0.1")
             self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self.cert.configure_cert(self.context)
-        self.loop = asyncio.new_event_loop()
-        started = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
-        self.thread.start()
-        started.wait(5)
-
-    def _run(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.server = self.loop.run_until_complete(
-            asyncio.start_server(self.handle, "127.0.0.1", 0, ssl=self.context))
-        self.port = self.server.sockets[0].getsockname()[1]
-        started.set()
-        self.loop.run_forever()
+        self.start()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.peers.append(writer.get_extra_info("peername")[0])
@@ -98,8 +115,6 @@ class ThreadServer:
     def url(self, path: str = "/", host: str = "127.0.0.1", scheme: str = "http") -> str:
         return f"{scheme}://{host}:{self.port}{path}"
 
-    def stop(self) -> None:
-        stop_thread_loop(self.loop, self.server, self.thread)
 
 
 def stop_thread_loop(loop: asyncio.AbstractEventLoop, server: asyncio.Server, thread: threading.Thread) -> None:

@@ -25,13 +25,13 @@ from scrapy.utils.test import get_crawler
 from crawler.fetch import DownloadHandler
 from crawler.fetch._address import PrivateAddressRefused
 from crawler.fetch._proxy import TunnelError
-from tests.test_fetch_handler import fetch, scrapy_reference, serve, stop_thread_loop  # noqa: F401 - serve: a fixture
+from tests.test_fetch_handler import LoopThread, fetch, scrapy_reference, serve  # noqa: F401 - serve: a fixture
 
 CREDENTIALS = b"Basic " + base64.b64encode(b"user:pass")
 OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
 
 
-class ForwardProxy:
+class ForwardProxy(LoopThread):
     """An HTTP forward proxy on 127.0.0.1 (HTTPS with ``tls``): CONNECT opens a
     tunnel, an absolute URI is fetched from its origin (which must close the
     connection after its answer). Names ending in .test lead to 127.0.0.1.
@@ -44,19 +44,7 @@ class ForwardProxy:
         if tls is not None:
             self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             tls.issue_cert("127.0.0.1").configure_cert(self.context)
-        self.loop = asyncio.new_event_loop()
-        started = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(started,), daemon=True)
-        self.thread.start()
-        started.wait(5)
-
-    def _run(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.server = self.loop.run_until_complete(
-            asyncio.start_server(self.handle, "127.0.0.1", 0, ssl=self.context))
-        self.port = self.server.sockets[0].getsockname()[1]
-        started.set()
-        self.loop.run_forever()
+        self.start()
 
     def url(self, credentials: str = "") -> str:
         scheme = "https" if self.context else "http"
@@ -100,8 +88,6 @@ class ForwardProxy:
         finally:
             writer.close()
 
-    def stop(self) -> None:
-        stop_thread_loop(self.loop, self.server, self.thread)
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

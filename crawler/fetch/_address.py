@@ -15,7 +15,7 @@ carry an IPv4 one (mapped, IPv4-compatible, NAT64, 6to4) are judged by it.
 Host names that cannot be names (an empty label, a label over 63
 characters, over 253 in all, ``xn--`` labels that are not IDNA) are refused
 before any lookup. Answers are cached (``DNSCACHE_ENABLED``,
-``DNSCACHE_SIZE`` names, least recently used out) for ``DNS_TTL`` seconds:
+``DNSCACHE_SIZE`` names, least recently used out) for ``CRAWLER_DNS_TTL`` seconds:
 the system's resolver gives no TTL.
 """
 
@@ -46,7 +46,6 @@ logger = logging.getLogger(__name__)
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-DNS_TTL = 300.0  # seconds an answer is kept
 REFUSED_HOSTS = 10_000  # hosts remembered as refused (logged once each)
 
 
@@ -156,7 +155,7 @@ class Addresses:
         self.allowed = Allowed(setting(settings, "CRAWLER_ALLOW_PRIVATE"))
         self.cache_size = settings.getint("DNSCACHE_SIZE") if settings.getbool("DNSCACHE_ENABLED") else 0
         self.timeout = settings.getfloat("DNS_TIMEOUT") or None
-        self.ttl = DNS_TTL
+        self.ttl = setting(settings, "CRAWLER_DNS_TTL")
         self.cache: OrderedDict[str, _Entry] = OrderedDict()
         self.refused_hosts: OrderedDict[str, None] = OrderedDict()  # logged once each, LRU
         self.max_refused_hosts = REFUSED_HOSTS

@@ -192,10 +192,7 @@ class DownloadHandler(BaseDownloadHandler):
         return self.response(request, exchange, connection.address, certificate)
 
     async def resolve(self, host: str) -> list[Address]:
-        resolve_all = getattr(self.addresses, "resolve_all", None)  # every address, when _address has it
-        if resolve_all is not None:
-            return list(await resolve_all(host))
-        return [await self.addresses.resolve(host)]
+        return list(await self.addresses.resolve_all(host))
 
     def serialize(self, request: Request, url: ParseResult, target: tuple[str, str, int],
                   proxy: Proxy | None) -> bytes:

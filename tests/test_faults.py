@@ -223,7 +223,7 @@ def test_tls_and_auth_with_masked_passwords(tmp_path: Path, make_web) -> None:
     ("CRAWLER_HTML_ONLY=perhaps", "CRAWLER_HTML_ONLY must be True or False, got 'perhaps'"),
     ("CRAWLER_DOMAIN_RATE=-1", "CRAWLER_DOMAIN_RATE must be >= 0, got '-1'"),
     ("CRAWLER_SHARD_REDIS_URLS=[1]", "CRAWLER_SHARD_REDIS_URLS must be a dict of shard number -> REDIS_URL"),
-    ('CRAWLER_HOST_MAP={"*.test": "nowhere"}', "CRAWLER_HOST_MAP['*.test'] must be an IP address, got 'nowhere'"),
+    ('CRAWLER_HOST_MAP={"*.test": "nowhere"}', "CRAWLER_HOST_MAP['*.test'] must be an IP address or a list of them, got 'nowhere'"),
 ])
 def test_bad_settings_are_one_line_naming_the_setting(redis_url: str, setting: str, message: str) -> None:
     result = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "demo", "-a", "start_urls=http://d0.test/",

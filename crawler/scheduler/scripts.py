@@ -81,7 +81,7 @@ def supports_flags(client: redis.Redis) -> bool:
 
 class Scripts:
     NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock",
-             "drain_inbox", "robots_done")
+             "drain_inbox", "robots_get", "robots_done")
 
     def __init__(self, client: redis.Redis) -> None:
         flags = supports_flags(client)
@@ -97,4 +97,5 @@ class Scripts:
     lock: LuaScript
     unlock: LuaScript
     drain_inbox: LuaScript
+    robots_get: LuaScript
     robots_done: LuaScript

@@ -49,10 +49,9 @@ class RobotsStore:
         """The stored record of ``origin``, its remaining life in ms, and the
         Redis server's clock (epoch seconds): robots.txt's retry times are
         kept on that clock, as the frontier's schedule is."""
-        key = self.keys.robots(origin)
-        raw, ttl_ms, (secs, micros) = self.client.pipeline(transaction=False).get(key).pttl(key).time().execute()
-        now = secs + micros / 1e6
-        return (None, 0, now) if raw is None else (json.loads(raw), int(ttl_ms), now)
+        raw, ttl_ms, now_ms = self.scripts.robots_get(keys=[self.keys.base], args=[origin])
+        now = int(now_ms) / 1000
+        return (None, 0, now) if not raw else (json.loads(raw), int(ttl_ms), now)
 
     def put(self, origin: str, record: dict[str, Any], ttl: float) -> None:
         self.client.set(self.keys.robots(origin), json.dumps(record), px=int(ttl * 1000))

@@ -20,7 +20,7 @@ class LogEntry(NamedTuple):
     host: str
     target: str
     status: int
-    done: float = 0.0  # when its answer was all written
+    done: float = 0.0  # just before the last bytes of its answer were written
 
     @property
     def domain(self) -> str:

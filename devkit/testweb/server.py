@@ -34,8 +34,9 @@ _MAX_HEAD = 64 * 1024
 
 
 class RequestLog:
-    """Every request: when its head arrived, and when its answer was all
-    written (0 until then; the arrival time for a dropped connection)."""
+    """Every request: when its head arrived, and when the last bytes of its
+    answer were handed to the kernel (stamped just before: 0 until then;
+    the arrival time for a dropped connection)."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.entries: list[list] = []  # [arrived ms, host, target, status, done ms]
@@ -185,10 +186,13 @@ class HTTPProtocol(asyncio.Protocol):
             body = b"".join(reply.parts)
             self._pace(memoryview(body), max(1, int(rate * _TICK)), keep_alive, reply.entry)
             return
+        if reply.entry is not None:
+            # stamped before the bytes go: a stamp taken after the write can
+            # fall after the client already has them, if this process is
+            # descheduled in between (an interval 0.7 ms short, once in a while)
+            self.log.done(reply.entry)
         if not head_only:
             self.transport.writelines(reply.parts)
-        if reply.entry is not None:
-            self.log.done(reply.entry)
         if not keep_alive:
             self.transport.close()
             self.transport = None
@@ -196,12 +200,13 @@ class HTTPProtocol(asyncio.Protocol):
     def _pace(self, rest: memoryview, chunk: int, keep_alive: bool, entry: list | None) -> None:
         if self.transport is None:
             return
-        self.transport.write(rest[:chunk])
         if len(rest) > chunk:
+            self.transport.write(rest[:chunk])
             asyncio.get_running_loop().call_later(_TICK, self._pace, rest[chunk:], chunk, keep_alive, entry)
             return
         if entry is not None:
-            self.log.done(entry)
+            self.log.done(entry)  # before the last bytes go, as in _reply
+        self.transport.write(rest)
         self.waiting = False
         if not keep_alive:
             self.transport.close()

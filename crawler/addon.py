@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
 from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
@@ -27,7 +28,9 @@ from crawler.extensions.warc import WarcExtension
 from crawler.fetch import DownloadHandler
 from crawler.lean import LogFormatter, MemoryStats
 from crawler.middlewares.backoff import BackoffMiddleware
-from crawler.middlewares.deadletter import DeadLetterMiddleware, DeadLetterSpiderMiddleware
+from crawler.middlewares.deadletter import (
+    DeadLetterMiddleware, DeadLetterRedirectMiddleware, DeadLetterSpiderMiddleware,
+)
 from crawler.middlewares.lock import DomainLockMiddleware
 from crawler.middlewares.robots import SharedRobotsMiddleware
 from crawler.middlewares.sizecap import SizeCapMiddleware
@@ -102,6 +105,11 @@ class Addon:
         self.update_pre_crawler_settings(settings)
         for cls in REPLACED:
             settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, None)
+        if RedirectMiddleware not in _classes(settings.getdict("DOWNLOADER_MIDDLEWARES")):
+            # its give-ups become dead letters; a project that placed or disabled it keeps its choice
+            settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", RedirectMiddleware, None)
+            settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES",
+                                                           DeadLetterRedirectMiddleware, 600)
         for cls, order in DOWNLOADER_MIDDLEWARES.items():
             settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, order)
         for cls, order in SPIDER_MIDDLEWARES.items():
@@ -118,6 +126,12 @@ class Addon:
             check_settings(settings)  # before any component is built: one line, not tracebacks
         except SettingsError as exc:
             exit_with(exc)
+
+
+def _classes(components: dict) -> set[object]:
+    from scrapy.utils.misc import load_object
+
+    return {load_object(c) if isinstance(c, str) else c for c in components}
 
 
 def _name(value: object) -> str:

@@ -75,3 +75,18 @@ def test_ignored_settings_are_named(redis_url: str, caplog: pytest.LogCaptureFix
     assert "SCHEDULER_QUEUE_CLASS is ignored: the frontier keeps one queue per domain" in text
     assert "DUPEFILTER_CLASS myproject.MyDupeFilter is not used" in text
     assert text.count("is ignored") == 1
+
+
+def test_redirects_given_up_on_are_dead_letters_unless_the_project_placed_redirects(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
+
+    from crawler.middlewares.deadletter import DeadLetterRedirectMiddleware
+
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    mw = project().getdict("DOWNLOADER_MIDDLEWARES")
+    assert mw[DeadLetterRedirectMiddleware] == 600 and mw[RedirectMiddleware] is None
+    for placed in (None, 650):  # disabled, or moved: the project's choice stands
+        path = "scrapy.downloadermiddlewares.redirect.RedirectMiddleware"
+        mw = project(DOWNLOADER_MIDDLEWARES={path: placed}).getdict("DOWNLOADER_MIDDLEWARES")
+        assert mw[path] == placed and DeadLetterRedirectMiddleware not in mw

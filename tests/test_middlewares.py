@@ -58,6 +58,29 @@ def test_retries_exhaust_into_the_dead_letter_queue(redis_url: str, make_web) ->
     assert counts.get("http_410", 0) == sum(1 for s in statuses.values() if s == 410)
 
 
+def test_redirects_given_up_on_are_dead_letters(redis_url: str, make_web, tmp_path) -> None:
+    web = make_web(domains=1, pages=4, **QUIET)
+    seeds = tmp_path / "seeds.txt"
+    given_up = [web.url(0, "/fault/loop/0"), web.url(0, "/fault/redirect/25/1"), web.url(0, "/fault/scheme/ftp")]
+    seeds.write_text("\n".join([web.url(0, "/fault/redirect/3/2"), *given_up]) + "\n")
+    result = run_scrapy(["crawl", "billion", "-a", f"seeds={seeds}", "-s", "CRAWLER_DOMAIN_DELAY=0",
+                         "-s", "CRAWLER_PROGRESS_INTERVAL=0", "-s", f"CRAWLER_WARC_DIR={tmp_path / 'warc'}"],
+                        scrapy_env(redis_url, CRAWLER_CONTACT="ops@example.org"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    letters = [json.loads(x) for x in redis.Redis.from_url(redis_url).lrange("crawler:{billion:0}:dlq", 0, -1)]
+    # each letter names the URL the chain ended on
+    reasons = Counter(x["reason"] for x in letters)
+    assert reasons == Counter({"too_many_redirects": 1, "redirect_unsupported_scheme": 1}), letters
+    assert [x["status"] for x in letters if x["reason"] == "redirect_unsupported_scheme"] == [302]
+    log = web.log()
+    assert any(e.path == "/moved/2.html" for e in log)  # a chain within the limit is followed
+    # a loop ends where it comes back to a URL already seen: a duplicate
+    # (crawler/frontier/duplicates), as with Scrapy's dupefilter; each URL once
+    assert Counter(e.path for e in log if e.path.startswith("/fault/loop/")) == {"/fault/loop/0": 1, "/fault/loop/1": 1}
+    requeued = run_scrapy(["dlq", "billion", "--requeue"], scrapy_env(redis_url))
+    assert requeued.returncode == 0 and "2" in requeued.stdout, requeued.stdout + requeued.stderr
+
+
 def test_retry_delays_are_jittered_per_worker() -> None:
     code = (
         "from scrapy.utils.test import get_crawler\n"
@@ -80,6 +103,9 @@ def test_retry_after_parsing() -> None:
     assert parse_retry_after(b"3") == 3
     assert parse_retry_after(b"Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470) == 10
     assert parse_retry_after(b"soon") is None and parse_retry_after(None) is None
+    # non-ASCII digits are digits to str.isdigit, not to float()
+    assert parse_retry_after("²".encode("latin-1")) is None
+    assert parse_retry_after(b"Mon, 99 Foo 2015 07:28:00 GMT") is None
 
 
 def test_locked_domain_is_never_fetched_by_two_processes_at_once(redis_url: str, make_web) -> None:

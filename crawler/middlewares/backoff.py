@@ -36,11 +36,12 @@ PUSH_DOMAIN = (429, 503)
 
 
 def parse_retry_after(value: bytes | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date)."""
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date);
+    None for anything else (``"²".isdigit()`` is true: ASCII digits only)."""
     if not value:
         return None
     text = value.decode("latin-1").strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
         return float(text)
     try:
         when = parsedate_to_datetime(text)
@@ -87,7 +88,10 @@ class BackoffMiddleware:
             return response
         if status != 429 and not 500 <= status <= 599:
             return response
-        retry_after = parse_retry_after(response.headers.get(b"Retry-After"))
+        header = response.headers.get(b"Retry-After")
+        retry_after = parse_retry_after(header)
+        if header and retry_after is None:
+            self.stats.inc_value("crawler/backoff/retry_after_ignored")
         retry = self._retry(request, f"http_{status}", status, retry_after,
                             push_domain=status in PUSH_DOMAIN)
         return retry or response

@@ -2,15 +2,16 @@
 
 The downloader middleware sits next to the engine: it records final HTTP
 errors (404, 410, other 4xx; 5xx that no retry handled) and final download
-errors. The spider middleware records exceptions raised by callbacks
-(``parse_error``). Requests refused on purpose (robots.txt, filters) are not
-dead letters.
+errors. The redirect middleware records the redirects it gives up on. The
+spider middleware records exceptions raised by callbacks (``parse_error``).
+Requests refused on purpose (robots.txt, filters) are not dead letters.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
 from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 from scrapy.spidermiddlewares.httperror import HttpError
 
@@ -51,13 +52,52 @@ class DeadLetterMiddleware(_DeadLetterBase):
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
-        if isinstance(exception, StopDownload):
-            return  # stopped on purpose (non-HTML content)
-        if isinstance(exception, IgnoreRequest):
-            if "max redirections" in str(exception):
-                self.record(request, "too_many_redirects", exception=exception)
-            return
+        if isinstance(exception, (StopDownload, IgnoreRequest)):
+            return  # stopped or refused on purpose (non-HTML content, robots.txt, filters)
         self.record(request, "download_error", exception=exception)
+
+
+class DeadLetterRedirectMiddleware(RedirectMiddleware):
+    """Scrapy's RedirectMiddleware, whose give-ups are dead letters:
+    ``too_many_redirects`` (``REDIRECT_MAX_TIMES``, loops included) and
+    ``redirect_unsupported_scheme`` (a ``Location`` that is not http(s),
+    which Scrapy hands on as the 3xx response). Scrapy raises the first from
+    ``process_response``, where no ``process_exception`` sees it."""
+
+    letters: DeadLetterMiddleware | None = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> DeadLetterRedirectMiddleware:
+        middleware = super().from_crawler(crawler)
+        try:
+            middleware.letters = DeadLetterMiddleware(crawler)
+        except NotConfigured:
+            pass
+        return middleware
+
+    def process_response(self, request: Request, response: Response, spider: object = None) -> Request | Response:
+        try:
+            result = super().process_response(request, response)
+        except IgnoreRequest as exc:
+            if self.letters is not None:
+                self.letters.record(request, "too_many_redirects", status=response.status, exception=exc)
+            raise
+        if (result is response and self.letters is not None and response.status in _REDIRECTS
+                and b"Location" in response.headers and not _handled(request, response, self.crawler)):
+            self.letters.record(request, "redirect_unsupported_scheme", status=response.status,
+                                exception=response.headers[b"Location"].decode("latin-1")[:200])
+        return result
+
+
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+
+def _handled(request: Request, response: Response, crawler: Crawler) -> bool:
+    """The 3xx is the spider's to handle, as RedirectMiddleware decides it."""
+    meta = request.meta
+    return bool(meta.get("dont_redirect") or meta.get("handle_httpstatus_all")
+                or response.status in meta.get("handle_httpstatus_list", ())
+                or response.status in getattr(crawler.spider, "handle_httpstatus_list", ()))
 
 
 class DeadLetterSpiderMiddleware(_DeadLetterBase):

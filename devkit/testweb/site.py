@@ -343,6 +343,8 @@ class Site:
             return _redirect(f"/fault/redirect/{hops - 1}/{k}")
         if kind == "loop" and rest and rest[0] in ("0", "1"):
             return _redirect(f"/fault/loop/{1 - int(rest[0])}")
+        if kind == "scheme" and len(rest) == 1 and rest[0].isalpha():  # a redirect to <scheme>://files.test/x
+            return _redirect(f"{rest[0]}://files.test/x")
         if kind == "to" and len(rest) >= 2 and rest[1].isdigit():  # /fault/to/<host>/<port>/<path>
             return _redirect(f"http://{rest[0]}:{rest[1]}/{'/'.join(rest[2:])}")
         size = int(rest[0]) if rest and rest[0].isdigit() else 0

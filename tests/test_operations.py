@@ -131,6 +131,8 @@ def test_prometheus_metrics_during_a_crawl(redis_url: str, make_web) -> None:
               if line and not line.startswith("#")}
     assert values['crawler_pages_fetched_total{shard="0",spider="demo"}'] > 0
     assert 'crawler_frontier_queued{shard="0",spider="demo"}' in values
+    # the loop-lag probe's worst stall, in seconds: under a second on a page of 30 links
+    assert 0 <= values['crawler_loop_lag_max_seconds{shard="0",spider="demo"}'] < 1
     assert all(name.split("{")[0].endswith("_total") for name in values if "_total" in name)
     assert not any("domain=" in name for name in values)  # no per-domain label
 

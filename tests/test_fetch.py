@@ -18,6 +18,7 @@ from scrapy.utils.test import get_crawler
 
 from crawler.fetch import DownloadHandler
 from crawler.fetch._address import PrivateAddressRefused
+from tests import rawserver
 from tests.servers import run_scrapy, scrapy_env
 
 CAP = 250_000
@@ -124,26 +125,12 @@ def test_allow_list_takes_networks_and_blocking_can_be_off(make_web) -> None:
         handler(CRAWLER_ALLOW_PRIVATE=["10.0.0.0/33"])
 
 
-class RawServer:
+class RawServer(rawserver.RawServer):
     """A server on 127.0.0.1 that answers every request with fixed bytes,
     written in small pieces, then closes or keeps the connection."""
 
     def __init__(self, answer: bytes, close: bool = False, piece: int = 7) -> None:
-        self.answer, self.close, self.piece = answer, close, piece
-        self.requests: list[bytes] = []
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n") if not reader.at_eof() else b""
-            if not head:
-                break
-            self.requests.append(head)
-            for i in range(0, len(self.answer), self.piece):
-                writer.write(self.answer[i:i + self.piece])
-                await writer.drain()
-            if self.close:
-                break
-        writer.close()
+        super().__init__(answer, close, piece)  # kept alive by default here
 
     async def fetch(self, *paths: str, **settings: Any) -> list[Any]:
         server = await asyncio.start_server(self.handle, "127.0.0.1", 0)

@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
-import time
 import multiprocessing
+import random
 import signal
+import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -54,7 +54,7 @@ from scrapy.http.request import NO_CALLBACK
 
 from crawler.fallback import cannot_connect, fallback_request
 from crawler.meta import DEAD, DELAY, LEASE, MAX_PAGE_BYTES, ROBOTS
-from crawler.middlewares.useragent import product_token, user_agent
+from crawler.middlewares.useragent import robots_agent
 from crawler.robots import Rules, compile_rules
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.scheduler.domains import domain_of
@@ -104,7 +104,7 @@ class SharedRobotsMiddleware:
         self.unreachable_max = setting(settings, "CRAWLER_ROBOTS_UNREACHABLE_MAX")
         self.max_bytes = setting(settings, "CRAWLER_ROBOTS_MAX_BYTES")
         self.max_delay = setting(settings, "CRAWLER_ROBOTS_MAX_DELAY")
-        self.agent = settings.get("ROBOTSTXT_USER_AGENT") or product_token(user_agent(settings))
+        self.agent = robots_agent(settings)
         self.local: dict[str, tuple[Rules, float]] = {}  # origin -> (rules, monotonic expiry)
         self.fetching: dict[str, asyncio.Future[Rules | Wait]] = {}
         self.fetched: dict[str, tuple[float, float]] = {}  # origin -> last robots fetch began, ended
@@ -267,9 +267,7 @@ class SharedRobotsMiddleware:
             # refused by the crawler's own rules (an address it may not reach):
             # the page would be refused as surely, where that is counted
             self.stats.inc_value("crawler/robots/refused")
-            rules = Rules({"mode": "allow"}, self.agent)
-            self._keep(origin, rules, self.ttl)  # in this process only: nothing to share
-            return rules
+            return await self._final(origin, {"mode": "allow"}, None)  # this process only: nothing to share
         status = response.status if response is not None else None
         if status is not None:
             self.stats.inc_value(f"crawler/robots/status/{status}")
@@ -290,19 +288,19 @@ class SharedRobotsMiddleware:
             logger.info("robots.txt of %s: %s after %d redirects: no restrictions (RFC 9309 2.3.1.3)",
                         origin, "a loop" if target in chain or target == url else "no end" if target
                         else "an unusable Location", len(chain) + 1)
-            return self._final(origin, {"mode": "allow", "status": status, "reason": "redirects"}, store)
+            return await self._final(origin, {"mode": "allow", "status": status, "reason": "redirects"}, store)
         if status is not None and 200 <= status < 300:
             body = response.body[:self.max_bytes].decode("utf-8", errors="replace")  # type: ignore[union-attr]
             if len(response.body) > self.max_bytes or "download_stopped" in response.flags:  # type: ignore[union-attr]
                 self.stats.inc_value("crawler/robots/truncated")
-            rules = await self._final_async(origin, {"mode": "parse", "status": status, "body": body}, store)
+            rules = await self._final(origin, {"mode": "parse", "status": status, "body": body}, store)
             try:
                 self._apply_crawl_delay(origin, rules)
             except redis.RedisError:
                 logger.warning("Crawl-delay of %s not stored: Redis unavailable", origin)
             return rules
         if status is not None and 400 <= status < 500 and status != 429:
-            return self._final(origin, {"mode": "allow", "status": status}, store)
+            return await self._final(origin, {"mode": "allow", "status": status}, store)
         return self._unreachable(origin, previous, now, status, error, connect, store)
 
     def _unreachable(self, origin: str, previous: dict[str, Any] | None, now: float, status: int | None,
@@ -321,14 +319,9 @@ class SharedRobotsMiddleware:
             store.put(origin, record, max(self.unreachable_max - (now - since), wait) + _DAY)
         return Wait(wait, park=True, connect=connect)
 
-    def _final(self, origin: str, record: dict[str, Any], store: Any) -> Rules:
-        if store is not None:
-            store.put(origin, record, self.ttl)
-        rules = Rules(record, self.agent)
-        self._keep(origin, rules, self.ttl)
-        return rules
-
-    async def _final_async(self, origin: str, record: dict[str, Any], store: Any) -> Rules:
+    async def _final(self, origin: str, record: dict[str, Any], store: Any) -> Rules:
+        """A verdict for ``CRAWLER_ROBOTS_TTL``: stored for every process
+        (unless ``store`` is None) and kept here."""
         if store is not None:
             store.put(origin, record, self.ttl)
         return await self._remember(origin, record, self.ttl)

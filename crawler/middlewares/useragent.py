@@ -33,6 +33,12 @@ def product_token(agent: str) -> str:
     return agent.split("/", 1)[0].split(" ", 1)[0] or agent
 
 
+def robots_agent(settings: BaseSettings) -> str:
+    """The name robots.txt rules and page-level directives are matched for:
+    ``ROBOTSTXT_USER_AGENT``, else the User-Agent's product token."""
+    return settings.get("ROBOTSTXT_USER_AGENT") or product_token(user_agent(settings))
+
+
 class ContactUserAgentMiddleware(UserAgentMiddleware):
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ContactUserAgentMiddleware:

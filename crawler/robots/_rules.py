@@ -25,29 +25,24 @@ class Rules:
     worker process for a big file, and :meth:`from_compiled` reads it back.
     """
 
-    def __init__(self, record: dict[str, Any], agent: str) -> None:
+    def __init__(self, record: dict[str, Any], agent: str, compiled: dict[str, Any] | None = None) -> None:
         self.mode = record["mode"]
         self.agent = agent
-        self.parser = Protego.parse(record.get("body", "")) if self.mode == "parse" else None
+        self.parser: Protego | None = None
         self.matcher: Matcher | None = None
         self.delay: float | None = None
-        if self.parser is not None:
-            delay = self.parser.crawl_delay(agent)
-            self.delay = float(delay) if delay is not None else None
-            ruleset = _protego.rule_set(self.parser, agent)
-            rules = _protego.rules_of(ruleset) if ruleset is not None else []
+        if compiled is not None:  # parsed and indexed elsewhere
+            self.delay = compiled["delay"]
+            self.matcher = Matcher(compiled["index"])
+        elif self.mode == "parse":
+            self.parser, self.delay, rules = _parse(record.get("body", ""), agent)
             if len(rules) >= _INDEXED:
                 self.matcher = Matcher(index(rules))
         self.verdicts: dict[str, bool] = {}
 
     @classmethod
     def from_compiled(cls, text: str, agent: str) -> Rules:
-        data = json.loads(text)
-        rules = cls({"mode": "allow"}, agent)
-        rules.mode = "parse"
-        rules.delay = data["delay"]
-        rules.matcher = Matcher(data["index"])
-        return rules
+        return cls({"mode": "parse"}, agent, json.loads(text))
 
     def allowed(self, url: str) -> bool:
         if self.matcher is None and self.parser is None:
@@ -73,11 +68,18 @@ def _is_robots_txt(url: str) -> bool:
     return "/robots.txt" in url and urlparse(url).path == "/robots.txt"
 
 
+def _parse(body: str, agent: str) -> tuple[Protego, float | None, list[tuple[bool, str]]]:
+    """Protego's parse of ``body``, its Crawl-delay for ``agent`` and the
+    rules of the group that applies to ``agent``, in precedence order."""
+    parser = Protego.parse(body)
+    ruleset = _protego.rule_set(parser, agent)
+    delay = parser.crawl_delay(agent)
+    rules = _protego.rules_of(ruleset) if ruleset is not None else []
+    return parser, float(delay) if delay is not None else None, rules
+
+
 def compile_rules(body: str, agent: str) -> str:
     """The rules of ``body`` for ``agent`` as JSON (index and Crawl-delay),
     for :meth:`Rules.from_compiled`; run in a worker process for big files."""
-    parser = Protego.parse(body)
-    ruleset = _protego.rule_set(parser, agent)
-    rules = _protego.rules_of(ruleset) if ruleset is not None else []
-    delay = parser.crawl_delay(agent)
-    return json.dumps({"delay": float(delay) if delay is not None else None, "index": index(rules)})
+    _, delay, rules = _parse(body, agent)
+    return json.dumps({"delay": delay, "index": index(rules)})

@@ -26,7 +26,7 @@ from crawler.fallback import cannot_connect, fallback_request
 from crawler.links import LinkExtractor
 from crawler.meta import FALLBACK
 from crawler.middlewares.robots import shared_robots
-from crawler.middlewares.useragent import product_token, user_agent
+from crawler.middlewares.useragent import robots_agent
 from crawler.robots import header_nofollow
 from crawler.scheduler.access import frontier_scheduler
 from crawler.scheduler.domains import domain_of
@@ -100,7 +100,7 @@ class BillionSpider(scrapy.Spider):
         spider.extract = LinkExtractor(nofollow=not setting(settings, "CRAWLER_FOLLOW_NOFOLLOW"),
                                        max_length=setting(settings, "CRAWLER_MAX_URL_LENGTH"))
         spider.max_depth = setting(settings, "CRAWLER_MAX_DEPTH")
-        spider.agent = settings.get("ROBOTSTXT_USER_AGENT") or product_token(user_agent(settings))
+        spider.agent = robots_agent(settings)
         spider.page_robots = settings.getbool("ROBOTSTXT_OBEY") and spider.extract.nofollow
         return spider
 
@@ -163,12 +163,11 @@ class BillionSpider(scrapy.Spider):
         stats = self.crawler.stats
         depth = int(response.meta.get("depth", 0))
         if self.page_robots and header_nofollow(response.headers.getlist(b"X-Robots-Tag"), self.agent):
-            stats.inc_value("crawler/links/nofollow_pages")
             links, nofollow = [], True
         else:
             links, nofollow = self.extract.page(response.body, response.url, self.agent)
-            if nofollow:
-                stats.inc_value("crawler/links/nofollow_pages")
+        if nofollow:
+            stats.inc_value("crawler/links/nofollow_pages")
         stats.inc_value("crawler/links/found", len(links))
         if self.robots is _UNKNOWN:
             self.robots = shared_robots(self.crawler)

@@ -12,6 +12,9 @@ Set by the crawler:
 - ``ROBOTS``: a robots.txt request of the shared robots middleware.
 - ``TRUNCATED``: the body was cut at the size cap (also on ``response.meta``).
 - ``NON_HTML``: stopped at its headers; the content type it announced.
+- ``END``: how the request ended, when a middleware decided it (robots.txt
+  disallowed it, a filter skipped it); the frontier counts each end.
+- ``WARC``: the page's place in the WARC writer's queue (-1: not stored).
 
 Set by users, per request:
 
@@ -29,6 +32,8 @@ LOCK = "crawler_lock"
 ROBOTS = "crawler_robots"
 TRUNCATED = "crawler_truncated"
 NON_HTML = "crawler_non_html"
+END = "crawler_end"
+WARC = "_crawler_warc"
 MAX_PAGE_BYTES = "crawler_max_page_bytes"
 ANY_TYPE = "crawler_any_type"
 FALLBACK = "crawler_fallback_url"

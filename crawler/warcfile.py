@@ -10,7 +10,10 @@ there is room, so memory stays flat.
 
 A killed process leaves at most one truncated record at the end of a file;
 ``close`` (spider closed, SIGTERM, or interpreter exit) writes everything
-queued first.
+queued first. A write that fails (no space, read-only, I/O error) stops the
+writer: the file is cut back to its last whole record, pages still queued are
+dropped, and :attr:`WarcWriter.written` tells which pages are in the files
+(each :meth:`~WarcWriter.put` returns the page's number, from 1).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import atexit
 import base64
 import hashlib
 import logging
+import os
 import queue
 import threading
 import time
@@ -129,6 +133,15 @@ def gzip_member(parts: Sequence[bytes], level: int) -> bytes:
     return isal_zlib.compress(b"".join(parts), level=level, wbits=31)
 
 
+class WarcFailed(Exception):
+    """Writing a WARC file failed; nothing more is stored."""
+
+    def __init__(self, path: Path | None, error: BaseException) -> None:
+        super().__init__(f"{path or 'WARC file'}: {error}")
+        self.path = path
+        self.error = error
+
+
 class WarcWriter:
     """Writes pages to rotating ``.warc.gz`` files from a thread of its own
     (or, with ``max_queued=0``, in :meth:`put` itself).
@@ -150,6 +163,9 @@ class WarcWriter:
         self.file: IO[bytes] | None = None
         self.size = 0  # bytes written to the current file
         self.count = 0
+        self.path: Path | None = None  # the file being written
+        self.queued = 0  # pages put
+        self.written = 0  # pages whose records are all in a file, in order
         self.blocked = 0.0  # seconds put() waited for room
         self.error: BaseException | None = None
         self._closed = False
@@ -159,21 +175,34 @@ class WarcWriter:
             self._thread.start()
         atexit.register(self.close)
 
-    def put(self, page: Page) -> None:
-        """Queue ``page``; blocks while the queue is full (back-pressure)."""
+    def put(self, page: Page) -> int:
+        """Queue ``page`` and return its number; blocks while the queue is
+        full (back-pressure). Raises :class:`WarcFailed` once a write failed."""
         if self._closed:
             raise RuntimeError("WARC writer is closed")
         if self.error is not None:
-            raise RuntimeError(f"WARC writer failed: {self.error}") from self.error
+            raise WarcFailed(self.path, self.error)
+        self.queued += 1
         if self._thread is None:
-            self._write(page)
-            return
+            try:
+                self._write(page)
+            except Exception as exc:
+                self.error = exc
+                self._close_file()
+                raise WarcFailed(self.path, exc) from exc
+            return self.queued
         try:
             self.queue.put_nowait(page)
         except queue.Full:
             start = time.monotonic()
             self.queue.put(page)
             self.blocked += time.monotonic() - start
+        return self.queued
+
+    def flush(self) -> None:
+        """Wait until every page queued is written (or the writer failed)."""
+        if self._thread is not None and not self._closed:
+            self.queue.join()
 
     def close(self) -> None:
         """Write everything queued, then close the file. Idempotent."""
@@ -191,36 +220,63 @@ class WarcWriter:
         try:
             while True:
                 page = self.queue.get()
-                if page is None:
-                    break
-                self._write(page)
+                try:
+                    if page is None:
+                        break
+                    self._write(page)
+                finally:
+                    self.queue.task_done()
         except BaseException as exc:  # reported by put(); the crawl stops storing
             self.error = exc
-            logger.exception("WARC writer stopped")
-            while self.queue.get() is not None:  # keep put() from blocking forever
-                pass
+            while True:  # keep put() and flush() from blocking forever
+                page = self.queue.get()
+                self.queue.task_done()
+                if page is None:
+                    break
         finally:
             self._close_file()
 
     def _close_file(self) -> None:
         if self.file is not None:
-            self.file.close()
-            self.file = None
+            file, self.file = self.file, None
+            try:
+                file.close()
+            except OSError as exc:  # an unbuffered file has nothing left to write
+                logger.warning("Closing %s: %s", self.path, exc)
 
     def _write(self, page: Page) -> None:
-        if self.file is None:
-            self.count += 1
-            path = self.name_file(self.count)
-            self.file = open(path, "xb", buffering=0)  # a member reaches the OS whole
-            self.size = 0
-            self._put(gzip_member(warcinfo_record(path.name, {
-                "software": "polite-crawler", "format": "WARC File Format 1.1"}), self.level))
-            if self.on_file is not None:
-                self.on_file(path)
-        for record in page_records(page):
-            self._put(gzip_member(record, self.level))
+        whole = self.size if self.file is not None else 0
+        try:
+            if self.file is None:
+                self.count += 1
+                self.path = self.name_file(self.count)
+                self.file = open(self.path, "xb", buffering=0)  # a member reaches the OS whole
+                self.size = 0
+                self._put(gzip_member(warcinfo_record(self.path.name, {
+                    "software": "polite-crawler", "format": "WARC File Format 1.1"}), self.level))
+                if self.on_file is not None:
+                    self.on_file(self.path)
+            for record in page_records(page):
+                self._put(gzip_member(record, self.level))
+        except BaseException:
+            self._cut(whole)
+            raise
+        self.written += 1
         if self.size >= self.max_bytes:
             self._close_file()
+
+    def _cut(self, size: int) -> None:
+        """Cut the file back to its last whole record (shrinking needs no space)."""
+        if self.file is None:
+            return
+        try:
+            os.ftruncate(self.file.fileno(), size)
+        except OSError:
+            return
+        self.size = size
+        if size == 0 and self.path is not None:  # not even its warcinfo record
+            self._close_file()
+            self.path.unlink(missing_ok=True)
 
     def _put(self, data: bytes) -> None:
         assert self.file is not None

@@ -88,33 +88,47 @@ local function push_record(base, rec, front, now)
   push(base, domain, prio, entry, front, now)
 end
 
--- Acknowledgements: "<id>" or "<id>:<age>:<dur>", age = ms since the
+-- Acknowledgements: "<id>" or "<id>:<age>:<dur>[:<end>]", age = ms since the
 -- request's politeness mark (its response began or ended, as the worker's
--- CRAWLER_DELAY_FROM says), dur = ms the fetch took. The mark is placed on
--- this server's clock, 1 ms late rather than early. ``now``: the caller's
--- reading of that clock, if it took one (else read here, when first needed).
+-- CRAWLER_DELAY_FROM says), dur = ms the fetch took (either may be empty),
+-- end = how the request ended (ENDS below; absent: it moved on, as a retry
+-- waiting in the delayed set). The mark is placed on this server's clock, 1 ms
+-- late rather than early. ``now``: the caller's reading of that clock, if it
+-- took one (else read here, when first needed). Only a lease still held
+-- counts: an acknowledgement sent twice, or after its lease expired, is void.
+local ENDS = {s = 'end_stored', d = 'end_dead', r = 'end_disallowed', k = 'end_skipped',
+              x = 'end_redirected', l = 'end_lost', u = 'end_unknown'}
+
 local function ack_all(base, ids, now)
   local acked = 0
+  local ends = {}
   for _, ack in ipairs(ids) do
-    local id, age, dur = ack, nil, nil
+    local id, age, dur, fin = ack, nil, nil, nil
     local c = string.find(ack, ':', 1, true)
     if c then
       id = string.sub(ack, 1, c - 1)
       local c2 = string.find(ack, ':', c + 1, true)
       age = tonumber(string.sub(ack, c + 1, (c2 or 0) - 1))
-      if c2 then dur = tonumber(string.sub(ack, c2 + 1)) end
+      if c2 then
+        local c3 = string.find(ack, ':', c2 + 1, true)
+        dur = tonumber(string.sub(ack, c2 + 1, (c3 or 0) - 1))
+        if c3 then fin = ENDS[string.sub(ack, c3 + 1)] end
+      end
     end
     local rec = redis.call('HGET', base .. ':lease', id)
     if redis.call('ZREM', base .. ':leases', id) == 1 then
       redis.call('HDEL', base .. ':lease', id)
       acked = acked + 1
+      if fin then ends[fin] = (ends[fin] or 0) + 1 end
       if rec then
         if now == nil then now = now_ms() end
         unpark(base, split_record(rec), id, now + 1 - (age or 0), dur)
       end
     end
   end
-  if acked > 0 then redis.call('HINCRBY', base .. ':stats', 'acked', acked) end
+  local stats = base .. ':stats'
+  if acked > 0 then redis.call('HINCRBY', stats, 'acked', acked) end
+  for name, n in pairs(ends) do redis.call('HINCRBY', stats, name, n) end
   return acked
 end
 

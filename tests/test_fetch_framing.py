@@ -168,7 +168,7 @@ def test_stacked_bomb_stops_at_the_cap_or_fails_at_maxsize() -> None:
     assert peak < 10_000_000, peak
     (failed,) = asyncio.run(fetch_raw([answer], piece=4096, CRAWLER_SIZECAP_ENABLED=False,
                                       DOWNLOAD_MAXSIZE=1_000_000))
-    assert failed.error == "DownloadCancelledError" and "once decoded" in failed.message, failed
+    assert failed.error == "TooLarge" and "once decoded" in failed.message, failed
 
 
 def test_download_maxsize_bounds_decoded_bytes_without_the_page_cap() -> None:
@@ -176,7 +176,7 @@ def test_download_maxsize_bounds_decoded_bytes_without_the_page_cap() -> None:
     answer = encoded(b"x" * 10_000_000, b"gzip")
     assert len(answer) < 20_000
     (over,) = asyncio.run(fetch_raw([answer], CRAWLER_SIZECAP_ENABLED=False, DOWNLOAD_MAXSIZE=8 * 1024 * 1024))
-    assert over.error == "DownloadCancelledError" and "DOWNLOAD_MAXSIZE (8388608 bytes)" in over.message
+    assert over.error == "TooLarge" and "DOWNLOAD_MAXSIZE (8388608 bytes)" in over.message
     (theirs,) = scrapy_reference([answer], DOWNLOAD_MAXSIZE=8 * 1024 * 1024)
     assert theirs.error == "IgnoreRequest" and "exceeded DOWNLOAD_MAXSIZE" in theirs.message
     (under,) = asyncio.run(fetch_raw([answer], CRAWLER_SIZECAP_ENABLED=False, DOWNLOAD_MAXSIZE=20_000_000))

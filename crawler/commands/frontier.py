@@ -19,6 +19,7 @@ from scrapy.exceptions import UsageError
 from crawler.commands._frontier import add_frontier_options, open_frontiers
 from crawler.scheduler.deadletters import DeadLetters
 from crawler.scheduler.frontier import Frontier
+from crawler.scheduler.ledger import Ledger, describe
 
 
 def report(frontier: Frontier) -> dict[str, Any]:
@@ -46,7 +47,7 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "dead_letters": dict(DeadLetters(frontier.client, keys).counts()),
         "denials_share": round(counters.get("denials", 0) / attempts, 4) if attempts else 0.0,
         "stale_locks": counters.get("stale_locks", 0),
-        "robots_disallowed": counters.get("robots_disallowed", 0),
+        "robots_disallowed": counters.get("end_disallowed", 0),
         "robots_postponed": counters.get("robots_postponed", 0),
         "dedup": mode,
         "seen": counters.get("enqueued", 0),
@@ -56,6 +57,7 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "redis_maxmemory": memory.get("maxmemory", 0),
         "redis_out_of_memory": bool(memory.get("maxmemory")) and memory["used_memory"] >= memory["maxmemory"],
         "oom_dropped": counters.get("oom_dropped", 0),
+        "ledger": Ledger.from_status({**status, "counters": counters}).as_dict(),
         "counters": counters,
     }
 
@@ -69,6 +71,7 @@ def text(r: dict[str, Any]) -> str:
         f"  queued        {r['queued']} (lag {r['lag_seconds']:.1f}s), inbox {r['inbox']}, delayed {r['delayed']}",
         f"  domains       {r['domains_due']} due now, {r['domains_waiting']} waiting, next due {nxt}",
         f"  leases        {r['leases']} held, {r['leases_expired']} expired",
+        f"  ledger        {describe(r['ledger'])}",
         f"  dead letters  {dead}",
         f"  robots.txt    {r['robots_disallowed']} requests refused by a Disallow, {r['robots_postponed']} "
         f"postponed while their robots.txt was unreachable (they wait in 'delayed')",

@@ -10,8 +10,14 @@ Records are compressed with ISA-L at ``CRAWLER_WARC_LEVEL`` (0-3, default 1)
 and written by a thread (:mod:`crawler.warcfile`); at most
 ``CRAWLER_WARC_QUEUE`` pages wait for it, then the crawl waits for the disk.
 ``CRAWLER_WARC_THREAD`` (``auto``) uses the thread only when the process may
-run on more than one CPU: on a single one, handing pages to a thread costs
-more than it saves (measured: 9.1-9.5 against 8.4 CPU ms per page).
+run on more than one CPU (bench/README.md has the measurement).
+
+A page is stored once its records are in a file: only then does the frontier
+count its URL as stored and release its lease. When a write fails (no space,
+read-only, an I/O error), the crawl stops taking work, the pages not stored go
+back to the frontier when it closes, one line names the file and the error,
+and the crawl ends with ``warc_failed`` (a non-zero exit). Before the disk is
+full, ``CRAWLER_WARC_MIN_FREE`` pauses fetching until space returns.
 """
 
 from __future__ import annotations
@@ -19,16 +25,20 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
+from scrapy.utils.defer import deferred_from_coro
+from twisted.internet import task
 
-from crawler.meta import ROBOTS, TRUNCATED
+from crawler.meta import ROBOTS, TRUNCATED, WARC
+from crawler.scheduler.access import frontier_scheduler
 from crawler.settings_registry import setting
-from crawler.warcfile import Page, WarcWriter
+from crawler.warcfile import Page, WarcFailed, WarcWriter
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -36,6 +46,9 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
 logger = logging.getLogger(__name__)
+
+CHECK_INTERVAL = 1.0  # seconds between looks at the writer and the free space
+NOT_STORED = -1
 
 
 class WarcExtension:
@@ -48,15 +61,20 @@ class WarcExtension:
         self.max_bytes = setting(settings, "CRAWLER_WARC_MAX_BYTES")
         self.level = setting(settings, "CRAWLER_WARC_LEVEL")
         self.max_queued = setting(settings, "CRAWLER_WARC_QUEUE")
+        self.min_free = setting(settings, "CRAWLER_WARC_MIN_FREE")
         if str(setting(settings, "CRAWLER_WARC_THREAD")).lower() == "auto":
             thread = len(os.sched_getaffinity(0)) > 1
         else:
             thread = settings.getbool("CRAWLER_WARC_THREAD")  # a ValueError naming the bad value
         if not thread:
             self.max_queued = 0  # written by the reactor's thread
+        self.crawler = crawler
         self.stats = crawler.stats
         self.prefix = ""
         self.writer: WarcWriter | None = None
+        self.failed = False
+        self.paused_at: float | None = None
+        self._checker = task.LoopingCall(self.check)
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self.response_received, signal=signals.response_received)
@@ -68,9 +86,17 @@ class WarcExtension:
     def spider_opened(self, spider: Spider) -> None:
         shard = int(getattr(spider, "shard", 0))
         self.prefix = f"{spider.name}-{shard:03d}-{socket.gethostname()}-{os.getpid()}"
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.writer = WarcWriter(self._name, level=self.level, max_bytes=self.max_bytes,
                                  max_queued=self.max_queued, on_file=self._opened)
+        scheduler = frontier_scheduler(self.crawler)
+        if scheduler is not None:
+            scheduler.leases.storage = self  # a page's lease is released once it is stored
+        try:
+            writable(self.directory)
+        except OSError as exc:
+            self._fail(f"the WARC folder {self.directory} is not writable: {exc.strerror or exc}")
+            return
+        self._checker.start(CHECK_INTERVAL, now=True)
 
     def _name(self, n: int) -> Path:
         stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime())
@@ -81,18 +107,111 @@ class WarcExtension:
         logger.info("Writing WARC file %s", path)
 
     def spider_closed(self) -> None:
+        if self._checker.running:
+            self._checker.stop()
         if self.writer is not None:
             self.writer.close()
             self.stats.set_value("crawler/warc/blocked_seconds", round(self.writer.blocked, 3))
+            self.stats.set_value("crawler/warc/pages_stored", self.writer.written)
+            self._check_writer()
 
     def response_received(self, response: Response, request: Request, spider: Spider) -> None:
         if request.meta.get(ROBOTS) or self.writer is None:
             return
-        self.writer.put(Page(
-            request.url, request.method,
-            [(k, v) for k, vs in request.headers.items() for v in vs], request.body or b"",
-            response.status,
-            [(k, v) for k, vs in response.headers.items() for v in vs], response.body,
-            truncated=bool(request.meta.get(TRUNCATED)), date=time.time(),
-        ))
+        if self.failed:
+            request.meta[WARC] = NOT_STORED
+            return
+        try:
+            request.meta[WARC] = self.writer.put(Page(
+                request.url, request.method,
+                [(k, v) for k, vs in request.headers.items() for v in vs], request.body or b"",
+                response.status,
+                [(k, v) for k, vs in response.headers.items() for v in vs], response.body,
+                truncated=bool(request.meta.get(TRUNCATED)), date=time.time(),
+            ))
+        except WarcFailed:
+            request.meta[WARC] = NOT_STORED
+            self._check_writer()
+            return
         self.stats.inc_value("crawler/warc/records", 2)
+
+    # --- what the frontier asks --------------------------------------------
+
+    def stored(self, request: Request) -> bool:
+        """True once ``request``'s page is in a WARC file (or it has none)."""
+        ticket = request.meta.get(WARC)
+        if ticket is None:
+            return not self.failed or bool(request.meta.get(ROBOTS))
+        return 0 < ticket <= (self.writer.written if self.writer is not None else 0)
+
+    def flush(self) -> None:
+        """Wait for the pages queued to the writer (the frontier is closing)."""
+        if self.writer is not None:
+            self.writer.flush()
+
+    # --- failures and free space -------------------------------------------
+
+    def check(self) -> None:
+        self._check_writer()
+        if self.min_free and not self.failed:
+            self._check_space()
+
+    def _check_writer(self) -> None:
+        writer = self.writer
+        if writer is not None and writer.error is not None and not self.failed:
+            error = writer.error
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            self._fail(f"writing {writer.path or self.directory} failed: {reason}")
+
+    def _fail(self, reason: str) -> None:
+        self.failed = True
+        stored = self.writer.written if self.writer is not None else 0
+        message = (f"WARC storage failed: {reason}; {stored} pages stored, the pages not stored "
+                   "go back to the frontier; stopping the crawl")
+        logger.error(message)
+        self.stats.set_value("crawler/exit/error", message)
+        self.stats.set_value("crawler/warc/failed", 1)
+        if self._checker.running:
+            self._checker.stop()
+        if self.crawler.engine is not None:
+            self.crawler.engine.pause()  # no new work from now on
+        from twisted.internet import reactor
+
+        reactor.callLater(0, self._close)  # type: ignore[attr-defined]
+
+    def _close(self) -> None:
+        engine = self.crawler.engine
+        if engine is not None and engine.spider is not None:
+            deferred_from_coro(engine.close_spider_async(reason="warc_failed"))
+
+    def _check_space(self) -> None:
+        try:
+            st = os.statvfs(self.directory)
+        except OSError:
+            return
+        free = st.f_bavail * st.f_frsize
+        engine = self.crawler.engine
+        if engine is None:
+            return
+        if free < self.min_free and self.paused_at is None:
+            self.paused_at = time.monotonic()
+            engine.pause()
+            self.stats.inc_value("crawler/warc/low_space_pauses")
+            logger.warning("Low disk space for WARC files in %s: %d MB free, under CRAWLER_WARC_MIN_FREE "
+                           "(%d MB): fetching paused until space returns", self.directory, free // 10**6,
+                           self.min_free // 10**6)
+        elif free >= self.min_free and self.paused_at is not None:
+            paused = time.monotonic() - self.paused_at
+            self.paused_at = None
+            engine.unpause()
+            self.stats.inc_value("crawler/warc/low_space_seconds", round(paused, 3))
+            logger.info("Disk space for WARC files is back (%d MB free): fetching resumed after %.0f s",
+                        free // 10**6, paused)
+
+
+def writable(directory: Path) -> None:
+    """Create ``directory`` if needed and prove a file can be written in it
+    (raises ``OSError``)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".writable-"):
+        pass

@@ -43,6 +43,14 @@ class HeadTooLarge(DownloadFailedError):
     """The response's status line and headers exceed the allowed size."""
 
 
+class TooLarge(DownloadCancelledError):
+    """The response is over ``DOWNLOAD_MAXSIZE`` (as sent, or once decoded)."""
+
+
+class BodyDecodeError(DownloadFailedError):
+    """The body cannot be decoded from its ``Content-Encoding``."""
+
+
 class Exchange:
     """The response to one request, parsed as it arrives."""
 
@@ -256,21 +264,20 @@ class Exchange:
             data = data[:room]  # past the cap: never counted against DOWNLOAD_MAXSIZE
         self.received += len(data)
         if self.maxsize and self.received > self.maxsize:
-            self.fail(DownloadCancelledError(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes)"))
+            self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes)"))
             return
         if self.decoder is not None:
             try:
                 data = self.decoder.feed(data, room)
             except Exception as e:
-                self.fail(DownloadFailedError(f"cannot decode the body: {e}"))
+                self.fail(BodyDecodeError(f"cannot decode the body: {e}"))
                 return
         if data:
             self.parts.append(data)
             self.kept += len(data)
         if self.kept > self.cap:
             if self.cap < self.limit:
-                self.fail(DownloadCancelledError(
-                    f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes) once decoded"))
+                self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes) once decoded"))
                 return
             self.cut = True
             self.finish()

@@ -42,7 +42,6 @@ from OpenSSL import SSL
 from scrapy import signals
 from scrapy.core.downloader.handlers.base import BaseDownloadHandler
 from scrapy.exceptions import (
-    DownloadCancelledError,
     DownloadConnectionRefusedError,
     DownloadFailedError,
     DownloadTimeoutError,
@@ -60,7 +59,7 @@ from twisted.python.failure import Failure
 
 from crawler.fetch._address import Address, Addresses
 from crawler.fetch._decode import accepted
-from crawler.fetch._exchange import Connection, Exchange, HeadTooLarge
+from crawler.fetch._exchange import Connection, Exchange, HeadTooLarge, TooLarge
 from crawler.fetch._proxy import Proxy, Tunnel, connect_request, proxy_for
 from crawler.fetch._tls import TLS, TLSProtocol
 from crawler.middlewares.sizecap import page_limit
@@ -82,6 +81,10 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 # What Scrapy's HttpCompressionMiddleware puts in every request (scrapy 2.19)
 _SCRAPY_ACCEPT_ENCODING = b"gzip, deflate, br, zstd"
 MAX_IDLE = 512  # idle connections kept, all hosts together
+
+
+class RefusedURL(IgnoreRequest):
+    """The URL is one this handler never fetches (too long, port 0)."""
 
 
 class UnsupportedScheme(NotSupported, UnsupportedURLSchemeError):
@@ -127,7 +130,7 @@ class DownloadHandler(BaseDownloadHandler):
             raise DownloadFailedError(f"no host in {request.url}")
         if self.max_url and len(request.url) > self.max_url:
             self.stats.inc_value("crawler/refused/url_length")
-            raise IgnoreRequest(f"URL longer than CRAWLER_MAX_URL_LENGTH ({self.max_url}): {request.url[:100]}...")
+            raise RefusedURL(f"URL longer than CRAWLER_MAX_URL_LENGTH ({self.max_url}): {request.url[:100]}...")
         try:
             port = url.port
         except ValueError:  # over 65535, or not a number
@@ -136,7 +139,7 @@ class DownloadHandler(BaseDownloadHandler):
             port = _DEFAULT_PORTS[scheme]
         elif not port:
             self.stats.inc_value("crawler/refused/bad_port")
-            raise IgnoreRequest(f"bad port in {request.url}: ports are 1 to 65535")
+            raise RefusedURL(f"bad port in {request.url}: ports are 1 to 65535")
         bind = _bind_address(request.meta.get("bindaddress")) or self.bind
         proxy = proxy_for(request)
         key: Key = (scheme, host, port, bind, proxy)
@@ -334,7 +337,7 @@ class DownloadHandler(BaseDownloadHandler):
         expected = exchange.length if exchange.length >= 0 and not exchange.chunked else None
         # with a page cap the page is read to the cap, whatever its length says
         if expected and exchange.maxsize and expected > exchange.maxsize and not self.page_bytes:
-            exchange.fail(DownloadCancelledError(
+            exchange.fail(TooLarge(
                 f"Content-Length {expected} over DOWNLOAD_MAXSIZE ({exchange.maxsize}) for {request.url}"))
             return False
         exchange.stop = self.signal(signals.headers_received, request, headers=headers, body_length=expected)

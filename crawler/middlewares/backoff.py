@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import load_object
 
+from crawler.fetch.errors import FINAL
+from crawler.fetch.errors import reason as failure_reason
 from crawler.meta import ATTEMPTS, DEAD, DELAY, ROBOTS
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.settings_registry import setting
@@ -99,8 +101,8 @@ class BackoffMiddleware:
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
         if request.meta.get("dont_retry") or request.meta.get(ROBOTS):
             return None
-        if not isinstance(exception, self.exceptions):
-            return None
+        if not isinstance(exception, self.exceptions) or isinstance(exception, FINAL):
+            return None  # FINAL: another attempt would fail the same way
         return self._retry(request, type(exception).__name__, None, None, exception=exception)
 
     def _retry(self, request: Request, reason: str, status: int | None, retry_after: float | None,
@@ -111,7 +113,8 @@ class BackoffMiddleware:
             self.stats.inc_value("crawler/backoff/exhausted")
             logger.info("Gave up on %s after %d attempts (%s)", request, attempts, reason)
             if scheduler is not None:
-                scheduler.reports.dead_letter(request, "retries_exhausted", status=status, exception=exception)
+                why = "retries_exhausted" if exception is None else failure_reason(exception, "retries_exhausted")
+                scheduler.reports.dead_letter(request, why, status=status, exception=exception)
             request.meta[DEAD] = True
             return None
         wait = self.delay(attempts, retry_after)

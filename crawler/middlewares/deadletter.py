@@ -2,7 +2,9 @@
 
 The downloader middleware sits next to the engine: it records final HTTP
 errors (404, 410, other 4xx; 5xx that no retry handled) and final download
-errors. The redirect middleware records the redirects it gives up on. The
+errors, named by ``crawler.fetch.errors.reason`` (``data_loss``,
+``decode_failure``, ``too_large``, ``refused_address``, ``bad_host``,
+``refused_url``, ``unsupported_scheme``, else ``download_error``). The redirect middleware records the redirects it gives up on. The
 spider middleware records exceptions raised by callbacks (``parse_error``).
 Requests refused on purpose (robots.txt, filters) are not dead letters.
 """
@@ -15,6 +17,7 @@ from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
 from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 from scrapy.spidermiddlewares.httperror import HttpError
 
+from crawler.fetch.errors import REFUSED, reason
 from crawler.meta import DEAD, ROBOTS
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.settings_registry import setting
@@ -52,9 +55,10 @@ class DeadLetterMiddleware(_DeadLetterBase):
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
-        if isinstance(exception, (StopDownload, IgnoreRequest)):
+        if isinstance(exception, StopDownload) or (
+                isinstance(exception, IgnoreRequest) and not isinstance(exception, REFUSED)):
             return  # stopped or refused on purpose (non-HTML content, robots.txt, filters)
-        self.record(request, "download_error", exception=exception)
+        self.record(request, reason(exception, "download_error"), exception=exception)
 
 
 class DeadLetterRedirectMiddleware(RedirectMiddleware):

@@ -53,11 +53,12 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
 from crawler.fallback import cannot_connect, fallback_request
-from crawler.meta import DEAD, DELAY, LEASE, MAX_PAGE_BYTES, ROBOTS
+from crawler.meta import DEAD, DELAY, END, LEASE, MAX_PAGE_BYTES, ROBOTS
 from crawler.middlewares.useragent import robots_agent
 from crawler.robots import Rules, compile_rules
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
 from crawler.scheduler.domains import domain_of
+from crawler.scheduler.marks import DISALLOWED
 from crawler.scheduler.outage import REDIS_ERRORS
 from crawler.settings_registry import setting
 
@@ -148,9 +149,7 @@ class SharedRobotsMiddleware:
             return self._wait(request, verdict)
         if not verdict.allowed(request.url):
             self.stats.inc_value("crawler/robots/disallowed")
-            scheduler = frontier_scheduler(self.crawler)
-            if scheduler is not None:
-                scheduler.reports.count("robots_disallowed")
+            request.meta[END] = DISALLOWED  # the frontier counts it as it acknowledges the lease
             raise IgnoreRequest("Forbidden by robots.txt")
         if fetched is not None and LEASE in request.meta:
             self.stats.inc_value("crawler/robots/handed_back")

@@ -6,6 +6,11 @@ middleware left: a response whose callback output is exhausted (including the
 empty output of an HTTP error), or an exception no middleware turned into a
 retry. A retried or redirected copy carries the lease back into the
 scheduler, which acknowledges it once the copy is stored.
+
+Each acknowledgement says how the request ended: a page whose callback output
+is exhausted is stored (once the WARC writer holds it, when WARC is on), a
+request given up on is a dead letter, one refused on purpose (robots.txt, a
+filter) is disallowed or skipped, as the middlewares noted on it.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import IgnoreRequest, NotConfigured
 
 from crawler.meta import LEASE
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
+from crawler.scheduler.leases import end_of
+from crawler.scheduler.marks import DEAD, SKIPPED, STORED
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -30,10 +37,10 @@ class _Acker:
             raise NotConfigured("SCHEDULER is not the frontier scheduler")
         self.crawler = crawler
 
-    def ack(self, request: Request) -> None:
+    def ack(self, request: Request, end: str) -> None:
         scheduler = frontier_scheduler(self.crawler)
         if scheduler is not None:
-            scheduler.ack(request)
+            scheduler.ack(request, end_of(request, end))
 
 
 class FrontierAckSpiderMiddleware(_Acker):
@@ -50,11 +57,11 @@ class FrontierAckSpiderMiddleware(_Acker):
                 del item.meta[LEASE]  # a child that copied its parent's meta
             yield item
         if lease is not None:
-            self.ack(response.request)  # type: ignore[arg-type]
+            self.ack(response.request, STORED)  # type: ignore[arg-type]
 
     def process_spider_exception(self, response: Response, exception: Exception) -> None:
         if response.request is not None and LEASE in response.meta:
-            self.ack(response.request)
+            self.ack(response.request, DEAD)
 
 
 class FrontierAckDownloaderMiddleware(_Acker):
@@ -64,4 +71,4 @@ class FrontierAckDownloaderMiddleware(_Acker):
 
     def process_exception(self, request: Request, exception: Exception) -> None:
         if LEASE in request.meta:
-            self.ack(request)
+            self.ack(request, SKIPPED if isinstance(exception, IgnoreRequest) else DEAD)

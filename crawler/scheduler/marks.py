@@ -32,15 +32,25 @@ if TYPE_CHECKING:
 DELAY_FROM = ("start", "finish")
 
 
+#: how a request ended, as the frontier counts it (``end_<name>`` in its stats)
+STORED, DEAD, DISALLOWED, SKIPPED, REDIRECTED, LOST, UNKNOWN = "s", "d", "r", "k", "x", "l", "u"
+ENDS = {STORED: "stored", DEAD: "dead", DISALLOWED: "disallowed", SKIPPED: "skipped",
+        REDIRECTED: "redirected", LOST: "lost", UNKNOWN: "unknown"}
+
+
 class Ack(NamedTuple):
     lease: str
     mark: float | None = None  # monotonic seconds; None: now
     duration: float | None = None  # seconds the fetch took, when known
+    end: str = ""  # one of ENDS; "" when the request moved on (a retry, a hand-back)
 
     def wire(self, now: float) -> str:
+        age = "" if self.mark is None else str(max(0, int((now - self.mark) * 1000)))
+        if self.end:
+            duration = "" if self.duration is None else str(int(self.duration * 1000))
+            return f"{self.lease}:{age}:{duration}:{self.end}"
         if self.mark is None:
             return self.lease
-        age = max(0, int((now - self.mark) * 1000))
         if self.duration is None:
             return f"{self.lease}:{age}"
         return f"{self.lease}:{age}:{int(self.duration * 1000)}"
@@ -58,6 +68,7 @@ class Marks:
         if delay_from not in DELAY_FROM:
             raise ValueError(f"CRAWLER_DELAY_FROM must be one of {', '.join(DELAY_FROM)}, got {delay_from!r}")
         self.finish = delay_from == "finish"
+        self.stats = crawler.stats
         self.times: dict[str, list[float | None]] = {}
         crawler.signals.connect(self.headers_received, signal=signals.headers_received)
         crawler.signals.connect(self.response_downloaded, signal=signals.response_downloaded)
@@ -79,14 +90,16 @@ class Marks:
         signals (robots.txt fetched before the request it guards)."""
         self.times[lease] = [began, ended, latency]
 
-    def ack(self, lease: str) -> Ack:
-        """The acknowledgement of ``lease``, done now."""
+    def ack(self, lease: str, end: str = "") -> Ack:
+        """The acknowledgement of ``lease``, done now, ended as ``end``."""
+        if end:
+            self.stats.inc_value(f"crawler/frontier/ended/{ENDS[end]}")
         began, ended, latency = self.times.pop(lease, None) or (None, None, None)
         now = time.monotonic()
         ended = ended or now  # failed or never sent: it ends now
         began = began or ended
         duration = (latency or 0.0) + (ended - began) if latency is not None else None
-        return Ack(lease, ended if self.finish else began, duration)
+        return Ack(lease, ended if self.finish else began, duration, end)
 
     def forget(self, leases: Iterable[str]) -> None:
         for lease in leases:

@@ -14,6 +14,7 @@ from crawler.scheduler._stats import inc
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
 from crawler.scheduler.frontier import Item
+from crawler.scheduler.marks import LOST, REDIRECTED
 from crawler.sharding import shard_of
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ class Offers:
             logger.error("Cannot store %s in the frontier, dropped: %s", request, exc)
             inc(self.stats, "crawler/frontier/unserializable")
             if lease is not None:
-                self.writes.ack(self.leases.marks.ack(lease))
+                self.writes.ack(self.leases.marks.ack(lease, LOST))
             return False
         digest = self.fingerprinter.fingerprint(request)
         dont_filter = request.dont_filter and not (
@@ -62,7 +63,9 @@ class Offers:
         )
         item = Item(digest, domain_of(request.url), request.priority, entry, dont_filter)
         delay = request.meta.pop(DELAY, None)
-        ack = self.leases.marks.ack(lease) if lease is not None else None
+        # a copy that waits (a retry, a hand-back) is the same request moving on;
+        # one that does not is a redirect: its URL ended there
+        ack = self.leases.marks.ack(lease, "" if delay is not None else REDIRECTED) if lease is not None else None
         if delay is not None:
             # the wait happens on the Redis server's clock, not in a worker
             self.writes.delay(float(delay), item, ack)

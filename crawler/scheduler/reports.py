@@ -13,6 +13,7 @@ from crawler.meta import ATTEMPTS
 from crawler.scheduler._stats import inc
 from crawler.scheduler.deadletters import DeadLetter, DeadLetters
 from crawler.scheduler.domains import domain_of
+from crawler.scheduler.ledger import Ledger, describe
 from crawler.scheduler.outage import REDIS_ERRORS
 
 if TYPE_CHECKING:
@@ -52,6 +53,24 @@ class Reports:
         except redis.RedisError as exc:
             if isinstance(exc, REDIS_ERRORS):
                 self.guard.failed(exc)
+
+    def ledger(self) -> None:
+        """Log the frontier's ledger (``ledger.py``): every URL it admitted,
+        by state, and whether they add up; in the stats as ``crawler/ledger/*``."""
+        try:
+            ledger = Ledger.from_status(self.frontier.status()).as_dict()
+        except redis.RedisError as exc:
+            logger.warning("Frontier ledger not read, Redis unreachable: %s", exc)
+            return
+        if self.stats is not None:
+            for name, value in ledger.items():
+                self.stats.set_value(f"crawler/ledger/{name}", int(value))
+        level = logging.INFO if ledger["adds_up"] else logging.ERROR
+        logger.log(level, "Frontier ledger: %s", describe(ledger))
+        lost = self.stats.get_value("crawler/frontier/ended/lost", 0) if self.stats is not None else 0
+        if lost and self.stats is not None and not self.stats.get_value("crawler/exit/error"):
+            self.stats.set_value("crawler/exit/error", f"{lost} requests of this crawl were lost "
+                                 "(undecodable or unstorable frontier entries; see the errors above)")
 
     def dead_letter(self, request: Request | str, reason: str, *, status: int | None = None,
                     exception: BaseException | str | None = None) -> None:

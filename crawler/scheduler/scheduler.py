@@ -41,7 +41,7 @@ from crawler.scheduler.frontier import Frontier
 from crawler.scheduler.intake import EngineWaker, Intake
 from crawler.scheduler.keys import Keys
 from crawler.scheduler.leases import Leases
-from crawler.scheduler.marks import Marks
+from crawler.scheduler.marks import LOST, STORED, Marks
 from crawler.scheduler.offers import Offers
 from crawler.scheduler.outage import REDIS_ERRORS, RedisGuard
 from crawler.scheduler.reports import Reports
@@ -126,6 +126,9 @@ class FrontierScheduler:
         if self._flusher is not None and self._flusher.running:
             self._flusher.stop()
         assert self.frontier is not None
+        if self.leases.storage is not None:  # pages on their way to storage: acknowledged once there
+            self.leases.storage.flush()
+            self.writes.acks.extend(self.leases.stored())
         unfinished = self.leases.unfinished(leased.lease for leased in self.intake.buffer)
         try:
             self.writes.flush()
@@ -140,6 +143,7 @@ class FrontierScheduler:
             return
         if given_back:
             logger.info("Handed %d unfinished requests back to the frontier", given_back)
+        self.reports.ledger()
         self.intake.buffer.clear()
         self.leases.clear()
         if not self.config.persist:
@@ -188,12 +192,16 @@ class FrontierScheduler:
 
     # --- what the middlewares report ---------------------------------------
 
-    def ack(self, request: Request) -> None:
-        """The request is done; its lease is released, and its domain's
-        next turn set, within ``CRAWLER_ACK_INTERVAL``."""
-        ack = self.leases.done(request)
+    def ack(self, request: Request, end: str = STORED) -> None:
+        """The request is done, ended as ``end`` (``marks.ENDS``); its lease
+        is released, and its domain's next turn set, within
+        ``CRAWLER_ACK_INTERVAL`` (a stored page's once its storage holds it)."""
+        ack = self.leases.done(request, end)
         if ack is not None:
             self.writes.ack(ack)
+        if self.leases.held:
+            for ack in self.leases.stored():
+                self.writes.ack(ack)
 
     def note_fetch(self, request: Request, began: float, ended: float) -> None:
         """A fetch made for ``request`` outside the downloader (its robots.txt)
@@ -216,6 +224,7 @@ class FrontierScheduler:
         self.guard.call(self.writes.send_acks)
 
     def _tick(self) -> None:
+        self.writes.acks.extend(self.leases.stored())
         acks = self.leases.sweep(self.crawler.engine)
         if acks:
             self.writes.acks.extend(acks)
@@ -242,7 +251,7 @@ class FrontierScheduler:
         except Exception as exc:  # a corrupt entry must not stop the crawl
             logger.error("Dropped an undecodable frontier entry %r: %s", leased.entry[:80], exc)
             inc(self.stats, "crawler/frontier/undecodable")
-            self.writes.ack(leased.lease)
+            self.writes.ack(self.leases.marks.ack(leased.lease, LOST))
             return None
         self.leases.lend(leased.lease, request)
         inc(self.stats, "scheduler/dequeued/redis")

@@ -1,10 +1,32 @@
-"""``python -m bench``: run every benchmark of this folder, one after another."""
+"""``python -m bench [--list] [NAME ...]``: run the benchmarks of this folder,
+one after another (all of them, or those named: ``python -m bench robots
+http_parse``). Each is also a script of its own with its own ``--help``."""
 
+import argparse
 import runpy
 import sys
 from pathlib import Path
 
-for script in sorted(Path(__file__).parent.glob("bench_*.py")):
-    print(f"\n=== {script.name} ===", flush=True)
-    sys.argv = [str(script)]
-    runpy.run_path(str(script), run_name="__main__")
+SCRIPTS = {p.stem.removeprefix("bench_"): p for p in sorted(Path(__file__).parent.glob("bench_*.py"))}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description="Run the benchmarks of this folder.")
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(SCRIPTS)}")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    opts = parser.parse_args(argv)
+    if opts.list:
+        print("\n".join(SCRIPTS))
+        return 0
+    unknown = [n for n in opts.names if n not in SCRIPTS]
+    if unknown:
+        parser.error(f"unknown benchmark {', '.join(unknown)}; there are: {', '.join(SCRIPTS)}")
+    for name in opts.names or SCRIPTS:
+        script = SCRIPTS[name]
+        print(f"\n=== {script.name} ===", flush=True)
+        sys.argv = [str(script)]
+        runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
+sys.exit(main(sys.argv[1:]))

@@ -19,7 +19,7 @@ from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.python import global_object_name
 
-from crawler.connection import RedisUnavailable, configured_url
+from crawler.connection import configured_url
 from crawler.extensions.looplag import LoopLagProbe
 from crawler.extensions.metrics import MetricsExtension
 from crawler.extensions.progress import Progress
@@ -36,11 +36,9 @@ from crawler.middlewares.robots import SharedRobotsMiddleware
 from crawler.middlewares.sizecap import SizeCapMiddleware
 from crawler.middlewares.useragent import ContactUserAgentMiddleware
 from crawler.scheduler.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
-from crawler.scheduler.config import SettingsError, exit_with
 from crawler.scheduler.fingerprint import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
-from crawler.settings_check import check_settings
-from crawler.settings_registry import setting
+from crawler.settings_registry import setting, validate
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -80,10 +78,7 @@ class Addon:
         in its ``from_crawler``."""
         if settings.get("REDIS_URL"):
             return
-        try:
-            url = configured_url(settings)
-        except RedisUnavailable as exc:
-            exit_with(exc)
+        url = configured_url(settings)  # RedisUnavailable: the command layer says it in one line
         if not url and setting(settings, "CRAWLER_EMBEDDED_REDIS"):
             from crawler.embedded import EmbeddedRedis
 
@@ -122,10 +117,7 @@ class Addon:
             settings.set("DOWNLOAD_HANDLERS", {**handlers, **ours}, "addon")
         if settings.get("USER_AGENT", "").startswith("Scrapy/"):
             settings.set("USER_AGENT", f"{settings['BOT_NAME']} (+{{contact}})", "addon")
-        try:
-            check_settings(settings)  # before any component is built: one line, not tracebacks
-        except SettingsError as exc:
-            exit_with(exc)
+        validate(settings)  # before any component is built: a SettingsError, one line from the commands
 
 
 def _classes(components: dict) -> set[object]:

@@ -23,7 +23,7 @@ from scrapy.settings import BaseSettings
 
 from crawler.settings_registry import setting
 
-__all__ = ["RedisUnavailable", "configured_url", "get_redis", "mask_url", "redis_url"]
+__all__ = ["RedisUnavailable", "configured_url", "get_redis", "mask_url", "persistence_warning", "redis_url"]
 
 
 class RedisUnavailable(RuntimeError):
@@ -132,6 +132,28 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
         except redis.ResponseError as exc:
             raise RedisUnavailable(f"Redis at {mask_url(url)} answered: {exc}") from None
     return client
+
+
+def persistence_warning(client: redis.Redis | RedisCluster, key: str = "") -> str | None:
+    """One line when the Redis holding ``key`` saves nothing to disk (no AOF,
+    no RDB save points: a restart loses everything), else None. Read from
+    ``INFO persistence`` and ``CONFIG GET save``; a server that refuses
+    ``CONFIG`` (managed Redis often does) or answers oddly is not warned
+    about: what it does is not known."""
+    target: dict[str, Any] = {}
+    if isinstance(client, RedisCluster):
+        target["target_nodes"] = client.get_node_from_key(key or "x")
+    try:
+        info = client.info("persistence", **target)
+        if int(info.get("aof_enabled", 0)):
+            return None
+        save = client.config_get("save", **target).get("save")
+    except (redis.RedisError, RedisClusterException, AttributeError, TypeError, ValueError):
+        return None
+    if save is None or str(save).strip():
+        return None
+    return ("saves nothing to disk (appendonly no, save \"\"): a restart loses the frontier of this "
+            "persistent crawl (SCHEDULER_PERSIST); turn on appendonly yes (or RDB save points)")
 
 
 def _reason(exc: BaseException) -> str:

@@ -24,10 +24,12 @@ from scrapy.utils.project import get_project_settings
 
 from crawler.connection import RedisUnavailable, get_redis, mask_url, redis_url
 from crawler.extensions.progress import duplicates
+from crawler.scheduler.ledger import describe
 from devkit.testweb.config import WebConfig
 from devkit.testweb.control import TestWebProcess
 
 SPIDER = "billion"
+PREFIX = "demo"
 DEMO_FAULTS = {"404": 0.01, "410": 0.005, "429": 0.005, "503": 0.005, "slow": 0.005,
                "drop": 0.002, "big": 0.02, "pdf": 0.01}
 
@@ -76,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             "-s", f"CRAWLER_WARC_DIR={args.output / 'warc'}",
             "-s", f"CLOSESPIDER_TIMEOUT={args.seconds}",
             "-s", "CRAWLER_PROGRESS_INTERVAL=5",
-            "-s", "SCHEDULER_FLUSH_ON_START=True",  # a fresh frontier each run
+            # a fresh frontier each run, under a prefix of its own: a real `scrapy crawl billion`
+            # in this checkout never resumes the demo's leftovers, nor the demo a real crawl's
+            "-s", f"CRAWLER_KEY_PREFIX={PREFIX}",
+            "-s", "SCHEDULER_FLUSH_ON_START=True",
             "-s", "CRAWLER_BACKOFF_BASE=0.5",
             "-s", "CRAWLER_MAX_DEPTH=0",
             "-s", f"CRAWLER_STATS_FILE={stats_file}",
@@ -122,14 +127,16 @@ def _summary(stats: dict[str, object], elapsed: float, served: int, output: Path
         value = stats.get(key, 0)
         return value if isinstance(value, int) else 0
 
-    pages = get("response_received_count")
+    robots = get("crawler/robots/fetched")
+    pages = get("response_received_count") - robots
     statuses = {k.rsplit("/", 1)[1]: v for k, v in stats.items()
                 if k.startswith("downloader/response_status_count/")}
-    errors = sum(v for s, v in statuses.items() if isinstance(v, int) and s >= "400")
-    errors += get("downloader/exception_count") - get(
+    http_errors = sum(v for s, v in statuses.items() if isinstance(v, int) and s >= "400")
+    failures = get("downloader/exception_count") - get(
         "downloader/exception_type_count/scrapy.exceptions.IgnoreRequest")
     print("\ndemo summary")
-    print(f"  pages fetched        {pages} in {elapsed:.0f}s ({pages / max(elapsed, 1e-9):.1f} pages/s)")
+    print(f"  pages fetched        {pages} in {elapsed:.0f}s ({pages / max(elapsed, 1e-9):.1f} pages/s), "
+          f"plus {robots} robots.txt")
     print(f"  domains              {get('crawler/domains_seen')}")
     print(f"  duplicates skipped   {duplicates(stats)}")  # type: ignore[arg-type]
     print(f"  robots.txt forbidden {get('crawler/robots/disallowed') + get('crawler/links/robots_disallowed')} "
@@ -137,9 +144,14 @@ def _summary(stats: dict[str, object], elapsed: float, served: int, output: Path
     print(f"  retries              {get('crawler/backoff/retries')} "
           f"(gave up {get('crawler/backoff/exhausted')})")
     dead = sum(v for k, v in stats.items() if k.startswith("crawler/dlq/") and isinstance(v, int))
-    print(f"  dead letters         {dead} (scrapy dlq {SPIDER} --counts)")
+    print(f"  dead letters         {dead} (scrapy dlq {SPIDER} -s CRAWLER_KEY_PREFIX={PREFIX} --counts)")
     print(f"  truncated at 250 KB  {get('crawler/truncated')}; non-HTML skipped {get('crawler/skipped/non_html')}")
-    print(f"  errors               {errors} (HTTP >= 400 and download failures)")
+    print(f"  errors               {get('log_count/ERROR') + failures} (as the progress line counts them: "
+          f"{failures} download failures, {get('log_count/ERROR')} error log lines); "
+          f"{http_errors} answers of HTTP >= 400")
+    if "crawler/ledger/admitted" in stats:
+        ledger = {k.removeprefix("crawler/ledger/"): v for k, v in stats.items() if k.startswith("crawler/ledger/")}
+        print(f"  frontier ledger      {describe(ledger)}")
     print(f"  requests served      {served} (test web's own log)")
     print(f"  finish reason        {stats.get('finish_reason')}")
     print(f"  output               {output / 'pages.jsonl'} (one item per page), "

@@ -16,30 +16,52 @@
 -- ARGV[7]  the id of this client's previous call, whose reply arrived: its
 --          kept reply is deleted ("" for none), so a worker keeps one at most
 -- ARGV[8]  number of lease ids to acknowledge, then the ids
+-- then     the epoch id the caller opened the frontier under ("" for no
+--          check) and the highest lease id counter (base:seq) it has seen:
+--          when the epoch record is gone or holds another id, or the counter
+--          is lower (the frontier went back in time), nothing is done, not
+--          even the acknowledgements (see epoch.lua)
 -- Overrides per domain: JSON {"rate": r, "burst": b, "delay": seconds} in
 -- base:policy (operators, live) else base:policy:settings; a robots.txt
 -- Crawl-delay in base:policy:robots (seconds) raises the delay.
 -- A domain with a delay gives one request at a time and is parked (out of
 -- base:ready, dom 'busy' = the lease) until that request is acknowledged:
 -- the delay runs from the request's mark, not from this dequeue.
--- Returns {now_ms, next_due_ms or -1, lease id, record, lease id, record, ...}
+-- Returns {now_ms, next_due_ms or -1, epoch id ("" if none), seq, queued,
+--          lease id, record, lease id, record, ...}
 local base = KEYS[1]
 local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local d_rate, d_burst, d_delay = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local call = ARGV[6]
 if ARGV[7] ~= '' then redis.call('DEL', base .. ':call:' .. ARGV[7]) end
-local acks = read_list(8)
+local acks, at = read_list(8)
+local stats = base .. ':stats'
 -- one reading of the clock for the acks and the take, so the take sees the
 -- marks as the acks placed them (1 ms late), however long this call runs
 local now = now_ms()
+-- the reply's epoch fields: the epoch id (read once: a script is atomic),
+-- the lease id counter and the requests queued, as this call leaves them
+local epoch_id = nil
+local function epoch(out)
+  epoch_id = epoch_id or redis.call('HGET', base .. ':epoch', 'id') or ''
+  out[3] = epoch_id
+  out[4] = tonumber(redis.call('GET', base .. ':seq') or '0')
+  out[5] = tonumber(redis.call('HGET', stats, 'queued') or '0') or 0
+  return out
+end
+local expect = ARGV[at] or ''
+if expect ~= '' then
+  epoch_id = redis.call('HGET', base .. ':epoch', 'id') or ''
+  local seq = tonumber(redis.call('GET', base .. ':seq') or '0')
+  if epoch_id ~= expect or seq < (tonumber(ARGV[at + 1]) or 0) then return epoch({now, -1}) end
+end
 ack_all(base, acks, now)
 local replay_key = base .. ':call:' .. call
 if call ~= '' then
   local done = redis.call('GET', replay_key)
-  if done then return cmsgpack.unpack(done) end
+  if done then return epoch(cmsgpack.unpack(done)) end
 end
-local stats = base .. ':stats'
 local ready = base .. ':ready'
 
 local expired = redis.call('ZRANGEBYSCORE', base .. ':leases', '-inf', now, 'LIMIT', 0, 200)
@@ -75,7 +97,7 @@ local function pop(domain)
   end
 end
 
-local out = {now, -1}
+local out = {now, -1, '', 0, 0}
 local taken, attempts, denials = 0, 0, 0
 
 -- excluded while queued: its requests are dropped, never fetched
@@ -152,4 +174,4 @@ if denials > 0 then redis.call('HINCRBY', stats, 'denials', denials) end
 local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
 if #head > 0 then out[2] = tonumber(head[2]) end
 if call ~= '' and taken > 0 then redis.call('SET', replay_key, cmsgpack.pack(out), 'PX', 120000) end
-return out
+return epoch(out)

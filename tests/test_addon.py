@@ -12,7 +12,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_redis.connection import get_redis_from_settings
 
 from crawler.addon import Addon
-from crawler.connection import get_redis
+from crawler.connection import RedisUnavailable, get_redis
 from crawler.embedded import EmbeddedRedis
 from crawler.scheduler.scheduler import FrontierScheduler
 
@@ -49,7 +49,7 @@ def test_scrapy_redis_host_and_port_name_the_one_redis(redis_server, monkeypatch
     get_redis(settings).set("probe", "frontier")
     assert get_redis_from_settings(settings).get("probe") == b"frontier"
     assert redis.Redis(port=redis_server.port, db=3).get("probe") == b"frontier"
-    with pytest.raises(SystemExit):  # one line on stderr, exit code 1
+    with pytest.raises(RedisUnavailable, match="REDIS_PORT and REDIS_DB must be integers"):  # no SystemExit
         project(REDIS_HOST="127.0.0.1", REDIS_PORT="sixty")
 
 

@@ -51,7 +51,7 @@ def test_argument_errors_are_one_line(redis_url: str, tmp_path: Path, args: list
     seeds = tmp_path / "s.txt"
     seeds.write_text("example.com\n")
     result = run_scrapy(billion(*args, seeds=seeds), env(redis_url))
-    assert result.returncode == 1
+    assert result.returncode == 2  # as a bad setting
     assert result.stderr.strip() == f"crawler: error: {message}"
 
 
@@ -61,7 +61,7 @@ def test_missing_seeds_file_and_missing_contact(redis_url: str, tmp_path: Path) 
     seeds = tmp_path / "s.txt"
     seeds.write_text("example.com\n")
     result = run_scrapy(billion(seeds=seeds), scrapy_env(redis_url, CRAWLER_CONTACT=""))
-    assert result.returncode == 1 and "set CRAWLER_CONTACT" in result.stderr
+    assert result.returncode == 2 and "set CRAWLER_CONTACT" in result.stderr
 
 
 def test_shards_are_stable_and_balanced() -> None:

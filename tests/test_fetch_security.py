@@ -29,7 +29,7 @@ from crawler.fetch import DownloadHandler, _openssl
 from crawler.fetch._address import Addresses, BadHost, PrivateAddressRefused, host_problem, is_public
 from crawler.fetch._tls import TLS, TLSProtocol, check_tls
 from crawler.resolver import HostMap, parse_host_map
-from crawler.scheduler.config import SettingsError
+from crawler.settings_registry import SettingsError
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
 
@@ -233,8 +233,11 @@ def test_settings_check_asks_only_when_the_handler_is_ours() -> None:
     for ours in ("crawler.fetch.DownloadHandler", DownloadHandler):
         with pytest.raises(SettingsError, match="^DOWNLOADER_CLIENTCONTEXTFACTORY .* is not supported"):
             check_tls(Settings({**custom, "DOWNLOAD_HANDLERS": {"http": ours}}))
-    with pytest.raises(SettingsError, match="^CRAWLER_TLS_CA_FILE: OpenSSL cannot load '/no/such.pem': "):
+    with pytest.raises(SettingsError, match="^CRAWLER_TLS_CA_FILE must be a readable file that exists, got '/no/such.pem'"):
         check_tls(Settings({"DOWNLOAD_VERIFY_CERTIFICATES": True, "CRAWLER_TLS_CA_FILE": "/no/such.pem",
+                            "DOWNLOAD_HANDLERS": {"https": DownloadHandler}}))
+    with pytest.raises(SettingsError, match=f"^CRAWLER_TLS_CA_FILE: OpenSSL cannot load '{__file__}': "):  # not PEM
+        check_tls(Settings({"DOWNLOAD_VERIFY_CERTIFICATES": True, "CRAWLER_TLS_CA_FILE": __file__,
                             "DOWNLOAD_HANDLERS": {"https": DownloadHandler}}))
 
 

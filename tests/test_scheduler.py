@@ -98,7 +98,11 @@ def test_restart_resumes_where_it_stopped(redis_url: str, make_web) -> None:
     assert fetched_first and not all_pages(web) <= set(fetched_first)
     second = run_scrapy(crawl_cmd(web)[3:], scrapy_env(redis_url))
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "Resuming crawl" in second.stderr
+    (resumed,) = [line for line in second.stderr.splitlines() if "Resuming crawl" in line]
+    assert f"on Redis at {redis_url}" in resumed and " s ago" in resumed, resumed  # which Redis, how old
+    assert "SCHEDULER_FLUSH_ON_START=True" in resumed, resumed  # and how to start afresh
+    (opened,) = [line for line in first.stderr.splitlines() if "Frontier crawler:{" in line]
+    assert "opened on Redis at" in opened and "(empty)" in opened, opened
     fetches = page_fetches(web.log())
     assert all_pages(web) <= set(fetches)
     refetched = sum(v - 1 for v in fetches.values())
@@ -155,11 +159,11 @@ def test_bulk_urls_become_requests_only_when_dequeued(redis_url: str, make_web) 
 def test_bad_frontier_setting_is_one_error_line(redis_url: str) -> None:
     result = run_scrapy(["crawl", "demo", "-a", "start_urls=http://d0.test/", "-s", "CRAWLER_DEDUP=fuzzy"],
                         scrapy_env(redis_url))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.strip() == "crawler: error: CRAWLER_DEDUP must be one of exact, bloom, got 'fuzzy'"
     result = run_scrapy(["crawl", "demo", "-a", "start_urls=http://d0.test/", "-s", "CRAWLER_DOMAIN_DELAY=soon"],
                         scrapy_env(redis_url))
-    assert result.stderr.strip() == "crawler: error: CRAWLER_DOMAIN_DELAY must be a number >= 0, got 'soon'"
+    assert result.stderr.strip() == "crawler: error: CRAWLER_DOMAIN_DELAY must be a finite number >= 0, got 'soon'"
 
 
 def test_flush_on_start_forgets_the_previous_crawl(redis_url: str, make_web) -> None:

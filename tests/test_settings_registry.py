@@ -57,16 +57,23 @@ def test_every_setting_read_is_registered() -> None:
     assert names - set(BY_NAME) == set()
 
 
-def test_final_settings_are_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    from crawler import settings_check
+CALLS: list[object] = []
 
-    calls = []
-    monkeypatch.setattr(settings_check, "_check", calls.append)
+
+def count_rule(settings: object) -> None:
+    CALLS.append(settings)
+
+
+def test_final_settings_are_checked_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from crawler import settings_registry
+
+    monkeypatch.setattr(settings_registry, "RULES", ("tests.test_settings_registry:count_rule",))
+    CALLS.clear()
     draft = Settings({"CRAWLER_MAX_ATTEMPTS": 3})
-    settings_check.check_settings(draft)
-    settings_check.check_settings(draft)  # not final yet: an addon may still change it
-    assert len(calls) == 2
+    settings_registry.validate(draft)
+    settings_registry.validate(draft)  # not final yet: an addon may still change it
+    assert len(CALLS) == 2
     final = draft.frozencopy()
-    for _ in range(3):  # the addon, the scheduler, the download handler
-        settings_check.check_settings(final)
-    assert len(calls) == 3
+    for _ in range(3):  # the command, the addon, ...
+        settings_registry.validate(final)
+    assert len(CALLS) == 3

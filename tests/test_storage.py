@@ -109,7 +109,8 @@ def test_a_full_disk_stops_the_crawl_and_every_acknowledged_page_is_stored(
     assert done.returncode != 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-5000:]
     failures = [line for line in error_lines(done.stderr) if "WARC storage failed" in line]
-    assert len(failures) == 1, done.stderr[-3000:]
+    assert len(failures) == 2, done.stderr[-3000:]  # said once, and once more as why the crawl failed
+    assert "Crawl failed: WARC storage failed" in failures[1] and done.stderr.rstrip().endswith(failures[1])
     assert ("No space left" in failures[0]) if disk == "tmpfs" else ("too large" in failures[0].lower())
     book = ledger(redis_url)
     assert book["adds_up"], book

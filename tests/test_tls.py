@@ -12,8 +12,7 @@ from OpenSSL import SSL
 from scrapy.settings import Settings
 
 from crawler.fetch._tls import TLS, TLSProtocol
-from crawler.scheduler.config import SettingsError
-from crawler.settings_check import check_settings
+from crawler.settings_registry import SettingsError, validate
 from tests.servers import run_scrapy, scrapy_env
 
 WEB = dict(domains=3, pages=12, links=4, size_fixed=3000, tls=True, crawl_delay_share=0,
@@ -77,14 +76,14 @@ def test_context_follows_the_settings(verify: bool) -> None:
     assert bool(tls.context.get_verify_mode() & SSL.VERIFY_PEER) == verify
     assert tls.connection("a.test").get_servername() == b"a.test"
     assert tls.connection("127.0.0.1").get_servername() is None  # no SNI for an address
-    with pytest.raises(SettingsError, match="CRAWLER_TLS_SESSIONS must be >= 0, got -1"):
-        check_settings(Settings({"CRAWLER_TLS_SESSIONS": -1}))
+    with pytest.raises(SettingsError, match="CRAWLER_TLS_SESSIONS must be an integer >= 0, got -1"):
+        validate(Settings({"CRAWLER_TLS_SESSIONS": -1}))
     with pytest.raises(SettingsError, match="CRAWLER_TLS_GROUPS: OpenSSL knows none of 'nonsense'"):
-        check_settings(Settings({"CRAWLER_TLS_GROUPS": "nonsense"}))
+        validate(Settings({"CRAWLER_TLS_GROUPS": "nonsense"}))
     with pytest.raises(ValueError, match="CRAWLER_TLS_GROUPS: OpenSSL knows none of 'nonsense'"):
         TLS(Settings({"CRAWLER_TLS_GROUPS": "nonsense"}))
     with pytest.raises(SettingsError, match="CRAWLER_TLS13_CIPHERSUITES: OpenSSL knows none of 'AES'"):
-        check_settings(Settings({"CRAWLER_TLS13_CIPHERSUITES": "AES"}))
+        validate(Settings({"CRAWLER_TLS13_CIPHERSUITES": "AES"}))
 
 
 class _Page(asyncio.Protocol):

@@ -7,10 +7,12 @@ import argparse
 from scrapy.exceptions import UsageError
 from scrapy.settings import BaseSettings
 
+from crawler.commands._fail import fail
 from crawler.connection import RedisUnavailable, get_redis, mask_url, redis_url
-from crawler.scheduler.config import FrontierSettings, SettingsError
+from crawler.scheduler.config import FrontierSettings
 from crawler.scheduler.frontier import Frontier
 from crawler.scheduler.keys import Keys
+from crawler.settings_registry import SettingsError
 
 
 def add_frontier_options(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +28,7 @@ def open_frontiers(settings: BaseSettings, spider: str, shard: int | None,
         config = FrontierSettings.from_settings(settings)
         client = get_redis(settings)
     except (SettingsError, RedisUnavailable) as exc:
-        raise UsageError(str(exc), print_help=False) from None
+        fail(settings, exc)  # exit status 2 for a bad setting, 1 for an unreachable Redis
     if shard is not None and shard < 0:
         raise UsageError(f"--shard must be >= 0, got {shard}", print_help=False)
     frontier = Frontier(client, Keys(config.prefix, spider, config.shard if shard is None else shard))

@@ -11,6 +11,7 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 
+from crawler.commands._fail import fail
 from crawler.commands._frontier import add_frontier_options, open_frontiers
 from crawler.scheduler import codec
 from crawler.scheduler.canonical import canonicalize
@@ -19,6 +20,7 @@ from crawler.scheduler.deadletters import DeadLetters
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.fingerprint import url_fingerprint
 from crawler.scheduler.frontier import Frontier, Item, stored_dedup
+from crawler.settings_registry import SettingsError
 
 
 class Command(ScrapyCommand):
@@ -108,6 +110,9 @@ class Command(ScrapyCommand):
             pass  # no such spider here: the project's settings
         else:
             settings.setdict(spidercls.custom_settings or {}, priority="spider")
-        config = FrontierSettings.from_settings(settings)
+        try:
+            config = FrontierSettings.from_settings(settings)
+        except SettingsError as exc:  # a spider's custom_settings
+            fail(settings, exc)
         return Frontier(found.client, found.keys, dedup=stored_dedup(found.client, found.keys, config.dedup),
                         domain_cap=config.domain_cap, domain_budget=config.domain_budget)

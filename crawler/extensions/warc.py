@@ -62,10 +62,8 @@ class WarcExtension:
         self.level = setting(settings, "CRAWLER_WARC_LEVEL")
         self.max_queued = setting(settings, "CRAWLER_WARC_QUEUE")
         self.min_free = setting(settings, "CRAWLER_WARC_MIN_FREE")
-        if str(setting(settings, "CRAWLER_WARC_THREAD")).lower() == "auto":
-            thread = len(os.sched_getaffinity(0)) > 1
-        else:
-            thread = settings.getbool("CRAWLER_WARC_THREAD")  # a ValueError naming the bad value
+        choice = setting(settings, "CRAWLER_WARC_THREAD")  # auto, true, false, 1 or 0
+        thread = len(os.sched_getaffinity(0)) > 1 if choice == "auto" else choice in ("true", "1")
         if not thread:
             self.max_queued = 0  # written by the reactor's thread
         self.crawler = crawler

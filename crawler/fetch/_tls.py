@@ -58,8 +58,7 @@ from scrapy.exceptions import ScrapyDeprecationWarning
 from scrapy.utils.python import global_object_name
 
 from crawler.fetch import _openssl
-from crawler.scheduler.config import SettingsError
-from crawler.settings_registry import setting
+from crawler.settings_registry import SettingsError, setting
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
@@ -265,12 +264,14 @@ def _set_suites(context: SSL.Context, suites: str) -> None:
             raise ValueError(f"CRAWLER_TLS13_CIPHERSUITES: OpenSSL knows none of {suites!r}") from None
 
 
-def check_lists(groups: str, suites: str) -> None:
-    """ValueError unless OpenSSL knows one of ``groups`` (``CRAWLER_TLS_GROUPS``)
-    and one of ``suites`` (``CRAWLER_TLS13_CIPHERSUITES``)."""
-    context = SSL.Context(SSL.TLS_CLIENT_METHOD)
-    _set_groups(context, groups)
-    _set_suites(context, suites)
+def check_groups(groups: str) -> None:
+    """ValueError unless OpenSSL knows one of ``groups`` (``CRAWLER_TLS_GROUPS``)."""
+    _set_groups(SSL.Context(SSL.TLS_CLIENT_METHOD), groups)
+
+
+def check_suites(suites: str) -> None:
+    """ValueError unless OpenSSL knows one of ``suites`` (``CRAWLER_TLS13_CIPHERSUITES``)."""
+    _set_suites(SSL.Context(SSL.TLS_CLIENT_METHOD), suites)
 
 
 def _set_ciphers(context: SSL.Context, ciphers: str) -> None:

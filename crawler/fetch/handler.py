@@ -96,9 +96,6 @@ class DownloadHandler(BaseDownloadHandler):
     def __init__(self, crawler: Crawler) -> None:
         super().__init__(crawler)
         settings = crawler.settings
-        from crawler.settings_check import check_settings  # it imports the middlewares
-
-        check_settings(settings)  # a SettingsError names a bad value
         self.stats = crawler.stats
         self.maxsize = settings.getint("DOWNLOAD_MAXSIZE")
         self.warnsize = settings.getint("DOWNLOAD_WARNSIZE")

@@ -59,9 +59,6 @@ class BackoffMiddleware:
             raise NotConfigured
         if not uses_frontier(crawler):
             raise NotConfigured("BackoffMiddleware needs the frontier scheduler")
-        from crawler.settings_check import check_settings  # it imports the middlewares
-
-        check_settings(settings)  # the ranges of the values read below
         self.crawler = crawler
         self.stats = crawler.stats
         self.base = setting(settings, "CRAWLER_BACKOFF_BASE")

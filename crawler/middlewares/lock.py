@@ -23,30 +23,16 @@ from scrapy.exceptions import NotConfigured
 
 from crawler.meta import DELAY, LOCK, ROBOTS
 from crawler.scheduler.access import frontier_scheduler, uses_frontier
-from crawler.scheduler.config import SettingsError
 from crawler.scheduler.domains import domain_of, host_of
 from crawler.scheduler.outage import REDIS_ERRORS
-from crawler.settings_registry import setting
+from crawler.settings_registry import lock_ttl, setting
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
-    from scrapy.settings import BaseSettings
 
 _REFRESH = 5.0  # seconds between reads of the live lock-domain set
-
-
-def lock_ttl(settings: BaseSettings) -> float:
-    """``CRAWLER_LOCK_TTL``, checked against ``DOWNLOAD_TIMEOUT``."""
-    timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
-    ttl = setting(settings, "CRAWLER_LOCK_TTL") or timeout + 30
-    if ttl <= timeout:
-        raise SettingsError(
-            f"CRAWLER_LOCK_TTL ({ttl:g}) must exceed DOWNLOAD_TIMEOUT ({timeout:g}): "
-            "a lock must outlive the download it guards"
-        )
-    return ttl
 
 
 class DomainLockMiddleware:

@@ -38,9 +38,6 @@ class SizeCapMiddleware:
         settings = crawler.settings
         if not setting(settings, "CRAWLER_SIZECAP_ENABLED"):
             raise NotConfigured
-        from crawler.settings_check import check_settings  # it imports the middlewares
-
-        check_settings(settings)  # CRAWLER_MAX_PAGE_BYTES >= 1
         self.max_bytes = setting(settings, "CRAWLER_MAX_PAGE_BYTES")
         self.html_only = setting(settings, "CRAWLER_HTML_ONLY")
         # with long politeness delays a connection is never reused anyway

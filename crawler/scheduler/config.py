@@ -1,18 +1,17 @@
-"""The frontier's settings, read and checked once."""
+"""The frontier's settings, read once through the registry
+(:mod:`crawler.settings_registry`), which checks them."""
 
 from __future__ import annotations
 
 import logging
-import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING
 
 from scrapy.settings import BaseSettings
 from scrapy.utils.python import global_object_name
 
-from crawler.scheduler.frontier import DEDUP_MODES, Dedup, Frontier, Politeness
-from crawler.scheduler.marks import DELAY_FROM
-from crawler.settings_registry import BY_NAME, setting
+from crawler.scheduler.frontier import Dedup, Frontier, Politeness
+from crawler.settings_registry import SettingsError, lease_seconds, setting
 
 if TYPE_CHECKING:
     import redis
@@ -21,50 +20,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-
-class SettingsError(ValueError):
-    """A setting has a value of the wrong form; the message names it."""
-
-
-def _number(settings: BaseSettings, name: str, default: float | None = None, *, minimum: float = 0.0,
-            integer: bool = False) -> Any:
-    """``name`` as a number >= ``minimum``; ``default`` only where it is
-    computed (else the registry's)."""
-    raw = settings.get(name, BY_NAME[name].default if default is None else default)
-    try:
-        value = int(raw) if integer else float(raw)
-    except (TypeError, ValueError):
-        kind = "an integer" if integer else "a number"
-        raise SettingsError(f"{name} must be {kind} >= {minimum:g}, got {raw!r}") from None
-    if value < minimum:
-        raise SettingsError(f"{name} must be >= {minimum:g}, got {raw!r}")
-    return value
+__all__ = ["FrontierSettings", "SettingsError", "warn_ignored"]  # SettingsError: for older imports
 
 
 def _overrides(settings: BaseSettings) -> dict[str, dict[str, float]]:
-    name = "CRAWLER_DOMAIN_OVERRIDES"
-    try:
-        raw = settings.getdict(name)
-    except (TypeError, ValueError):
-        raise SettingsError(f"{name} must be a dict of domain -> {{rate, burst, delay}}") from None
-    result: dict[str, dict[str, float]] = {}
-    for domain, policy in raw.items():
-        if not isinstance(policy, dict) or not set(policy) <= {"rate", "burst", "delay"}:
-            raise SettingsError(f"{name}[{domain!r}] must be a dict with keys rate, burst, delay")
-        try:
-            result[str(domain).lower()] = {k: float(v) for k, v in policy.items()}
-        except (TypeError, ValueError):
-            raise SettingsError(f"{name}[{domain!r}] values must be numbers") from None
-    return result
-
-
-def _shard_urls(settings: BaseSettings) -> dict[int, str]:
-    name = "CRAWLER_SHARD_REDIS_URLS"
-    try:
-        raw = settings.getdict(name)
-        return {int(k): str(v) for k, v in raw.items()}
-    except (TypeError, ValueError):
-        raise SettingsError(f"{name} must be a dict of shard number -> REDIS_URL") from None
+    raw = setting(settings, "CRAWLER_DOMAIN_OVERRIDES")  # checked by the registry
+    return {str(domain).lower(): {k: float(v) for k, v in policy.items()} for domain, policy in raw.items()}
 
 
 @dataclass(frozen=True)
@@ -98,66 +59,42 @@ class FrontierSettings:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
-        mode = str(setting(settings, "CRAWLER_DEDUP")).lower()
-        if mode not in DEDUP_MODES:
-            raise SettingsError(f"CRAWLER_DEDUP must be one of {', '.join(DEDUP_MODES)}, got {mode!r}")
-        error_rate = _number(settings, "CRAWLER_BLOOM_ERROR_RATE")
-        if not 0 < error_rate < 1:
-            raise SettingsError(f"CRAWLER_BLOOM_ERROR_RATE must be within (0, 1), got {error_rate!r}")
-        prefix = str(setting(settings, "CRAWLER_KEY_PREFIX"))
-        if not prefix or any(c in prefix for c in "{}\n "):
-            raise SettingsError(f"CRAWLER_KEY_PREFIX must be a non-empty name without braces or spaces, got {prefix!r}")
-        timeout = settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
-        lease = _number(settings, "CRAWLER_LEASE_SECONDS", timeout + 120, minimum=1.0)
-        if lease <= timeout:
-            raise SettingsError(
-                f"CRAWLER_LEASE_SECONDS ({lease:g}) must exceed DOWNLOAD_TIMEOUT ({timeout:g}): "
-                "a lease must outlive the download it covers"
-            )
-        delay_from = str(setting(settings, "CRAWLER_DELAY_FROM")).lower()
-        if delay_from not in DELAY_FROM:
-            raise SettingsError(f"CRAWLER_DELAY_FROM must be one of {', '.join(DELAY_FROM)}, got {delay_from!r}")
+        """Read through the registry, which checks each value's form and range."""
+        prefetch = setting(settings, "CRAWLER_PREFETCH")
+        if prefetch is None:
+            prefetch = max(1, settings.getint("CONCURRENT_REQUESTS", 16))
         return cls(
-            prefix=prefix,
-            shard=_number(settings, "CRAWLER_SHARD", integer=True),
+            prefix=setting(settings, "CRAWLER_KEY_PREFIX"),
+            shard=setting(settings, "CRAWLER_SHARD"),
             dedup=Dedup(
-                mode,
-                _number(settings, "CRAWLER_DEDUP_CAPACITY", minimum=1, integer=True),
-                error_rate,
+                setting(settings, "CRAWLER_DEDUP"),
+                setting(settings, "CRAWLER_DEDUP_CAPACITY"),
+                setting(settings, "CRAWLER_BLOOM_ERROR_RATE"),
             ),
             politeness=Politeness(
-                _number(settings, "CRAWLER_DOMAIN_RATE"),
-                _number(settings, "CRAWLER_DOMAIN_BURST", minimum=1, integer=True),
-                _number(settings, "CRAWLER_DOMAIN_DELAY"),
-                _number(settings, "CRAWLER_DELAY_FACTOR"),
-                _number(settings, "CRAWLER_DELAY_MAX"),
+                setting(settings, "CRAWLER_DOMAIN_RATE"),
+                setting(settings, "CRAWLER_DOMAIN_BURST"),
+                setting(settings, "CRAWLER_DOMAIN_DELAY"),
+                setting(settings, "CRAWLER_DELAY_FACTOR"),
+                setting(settings, "CRAWLER_DELAY_MAX"),
             ),
             overrides=_overrides(settings),
-            domain_cap=_number(settings, "CRAWLER_DOMAIN_QUEUE_CAP", integer=True),
-            domain_budget=_number(settings, "CRAWLER_DOMAIN_BUDGET", integer=True),
+            domain_cap=setting(settings, "CRAWLER_DOMAIN_QUEUE_CAP"),
+            domain_budget=setting(settings, "CRAWLER_DOMAIN_BUDGET"),
             forward=setting(settings, "CRAWLER_FORWARD_LINKS"),
-            shard_urls=_shard_urls(settings),
-            lease_seconds=lease,
-            prefetch=_number(settings, "CRAWLER_PREFETCH", settings.getint("CONCURRENT_REQUESTS", 16),
-                             minimum=1, integer=True),
-            batch=_number(settings, "CRAWLER_ENQUEUE_BATCH", minimum=1, integer=True),
-            flush_interval=_number(settings, "CRAWLER_FLUSH_INTERVAL", minimum=0.01),
-            poll_interval=_number(settings, "CRAWLER_POLL_INTERVAL"),
-            ack_interval=_number(settings, "CRAWLER_ACK_INTERVAL"),
-            delay_from=delay_from,
+            shard_urls={int(k): str(v) for k, v in setting(settings, "CRAWLER_SHARD_REDIS_URLS").items()},
+            lease_seconds=lease_seconds(settings),
+            prefetch=prefetch,
+            batch=setting(settings, "CRAWLER_ENQUEUE_BATCH"),
+            flush_interval=setting(settings, "CRAWLER_FLUSH_INTERVAL"),
+            poll_interval=setting(settings, "CRAWLER_POLL_INTERVAL"),
+            ack_interval=setting(settings, "CRAWLER_ACK_INTERVAL"),
+            delay_from=setting(settings, "CRAWLER_DELAY_FROM"),
             persist=setting(settings, "SCHEDULER_PERSIST"),
             flush_on_start=setting(settings, "SCHEDULER_FLUSH_ON_START"),
-            idle_before_close=_number(settings, "SCHEDULER_IDLE_BEFORE_CLOSE"),
+            idle_before_close=setting(settings, "SCHEDULER_IDLE_BEFORE_CLOSE"),
             tracking=setting(settings, "CRAWLER_TRACKING_PARAMS"),
         )
-
-
-def exit_with(error: Exception) -> NoReturn:
-    """End the process with one error line: a bad setting or an unreachable
-    Redis is the user's to fix, and a traceback would bury the reason.
-    ``SystemExit`` passes through Scrapy's start-up (it catches ``Exception``)."""
-    print(f"crawler: error: {error}", file=sys.stderr, flush=True)
-    raise SystemExit(1)
 
 
 #: settings of scrapy-redis and Scrapy that this scheduler does not read

@@ -14,12 +14,13 @@ from typing import Any
 
 import redis
 
+from crawler.scheduler.epoch import Epoch
 from crawler.scheduler.keys import Keys
 from crawler.scheduler.marks import Ack, wire
 from crawler.scheduler.records import (
     DEDUP_MODES, AddResult, Dedup, Item, Leased, Politeness, TakeResult, bloom_error_rate, stored_dedup,
 )
-from crawler.scheduler.scripts import Scripts
+from crawler.scheduler.scripts import LuaScript, Scripts
 from crawler.scheduler.stores import DomainLocks, RobotsStore
 
 __all__ = ["DEDUP_MODES", "AddResult", "Dedup", "Frontier", "FrontierConfigError", "Item", "Leased",
@@ -59,9 +60,32 @@ class Frontier:
         self.scripts = Scripts(client)
         self.locks = DomainLocks(client, keys, self.scripts)
         self.robots = RobotsStore(client, keys, self.scripts)
+        self.epoch = Epoch()  # set by open(); checked by take() (epoch.py)
+        self._epoch_script = LuaScript(client, "epoch", False)  # no flags: any Redis version
 
     def open(self) -> None:
-        """Record (or check) the dedup layout and load per-domain overrides."""
+        """Record (or check) the dedup layout, load per-domain overrides and
+        open the epoch (made if the frontier has none)."""
+        self._layout()
+        self.epoch.adopt(self._epoch_script(keys=[self.keys.base], args=[Epoch.new_id(), "", 0]))
+
+    def renew(self, lost: str, seq_floor: int) -> None:
+        """Go on after a loss: a new epoch (or the one another worker made
+        meanwhile) whose lease ids start above ``seq_floor``, with this
+        worker's dedup layout and politeness written again."""
+        self._layout()
+        self.epoch.adopt(self._epoch_script(keys=[self.keys.base], args=[Epoch.new_id(), lost, seq_floor]))
+
+    def check_epoch(self) -> None:
+        """Look at the epoch (one round trip); ``FrontierLost`` if it is not this worker's."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self.keys.key("epoch"), "id")
+        pipe.get(self.keys.key("seq"))
+        pipe.hget(self.keys.stats, "queued")
+        found, seq, queued = pipe.execute()
+        self.epoch.observe((found or b"").decode(), int(seq or 0), int(queued or 0))
+
+    def _layout(self) -> None:
         meta = self.keys.meta
         self.client.hsetnx(meta, "dedup", self.dedup.mode)
         self.client.hsetnx(meta, "bucket_bits", self.dedup.bucket_bits)
@@ -117,10 +141,12 @@ class Frontier:
         p = self.politeness
         reply = self.scripts.dequeue(
             keys=[self.keys.base],
-            args=[n, self.lease_ms, p.rate, p.burst, int(p.delay * 1000), call, previous, *_ids(acks)],
+            args=[n, self.lease_ms, p.rate, p.burst, int(p.delay * 1000), call, previous, *_ids(acks),
+                  *self.epoch.args()],
         )
+        self.epoch.observe(reply[2].decode(), int(reply[3]), int(reply[4]))  # FrontierLost: nothing done
         items = []
-        for i in range(2, len(reply), 2):
+        for i in range(5, len(reply), 2):
             domain, prio, entry = reply[i + 1].split(b"\n", 2)
             items.append(Leased(reply[i].decode(), domain.decode(), int(prio), entry))
         next_due = int(reply[1])

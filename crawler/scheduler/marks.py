@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-DELAY_FROM = ("start", "finish")
 
 
 #: how a request ended, as the frontier counts it (``end_<name>`` in its stats)
@@ -65,8 +64,6 @@ class Marks:
     """lease -> [response began, response ended, download latency]."""
 
     def __init__(self, crawler: Crawler, delay_from: str) -> None:
-        if delay_from not in DELAY_FROM:
-            raise ValueError(f"CRAWLER_DELAY_FROM must be one of {', '.join(DELAY_FROM)}, got {delay_from!r}")
         self.finish = delay_from == "finish"
         self.stats = crawler.stats
         self.times: dict[str, list[float | None]] = {}

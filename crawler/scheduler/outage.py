@@ -1,4 +1,4 @@
-"""Living through a Redis outage without losing anything or spinning.
+"""Living through a Redis outage without losing what the worker holds, or spinning.
 
 :class:`RedisGuard` runs the scheduler's Redis calls: when one fails with a
 connection error, the outage is logged once, the calls stop, and the next
@@ -6,7 +6,11 @@ attempt comes after a backoff (0.5 s doubling up to 5 s) that wakes the
 engine; the first call that succeeds logs the way back. While Redis is
 away the crawl is paused, not closed (``down`` keeps it open), and what
 was buffered stays buffered. The middlewares that talk to Redis catch
-``REDIS_ERRORS`` too.
+``REDIS_ERRORS`` too. Whether Redis came back with the frontier it had is
+not known here: a call that finds it gone or older raises
+:class:`~crawler.scheduler.epoch.FrontierLost`, handed to ``on_lost``
+(``epoch.py``); once the crawl stops for that, :meth:`RedisGuard.halt`
+ends every call.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from crawler.connection import _reason, mask_url
+from crawler.scheduler.epoch import FrontierLost
 
 if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
@@ -37,6 +42,8 @@ class RedisGuard:
         self.down_since: float | None = None
         self.attempts = 0
         self.retry_at = 0.0
+        self.halted = False
+        self.on_lost: Callable[[FrontierLost], None] | None = None
 
     @property
     def down(self) -> bool:
@@ -51,20 +58,36 @@ class RedisGuard:
             call()
         except REDIS_ERRORS as exc:
             self.failed(exc)
+        except FrontierLost as exc:
+            self.back()
+            if self.on_lost is None:
+                raise
+            try:
+                self.on_lost(exc)
+            except REDIS_ERRORS as again:
+                self.failed(again)
         else:
             self.back()
 
     def due(self) -> bool:
-        """False while Redis is away and the next attempt is not due yet."""
+        """False while Redis is away and the next attempt is not due yet,
+        and for good once halted."""
+        if self.halted:
+            return False
         return self.down_since is None or time.monotonic() >= self.retry_at
+
+    def halt(self) -> None:
+        """No more calls: the frontier is lost and the crawl is stopping."""
+        self.halted = True
 
     def failed(self, exc: Exception) -> None:
         now = time.monotonic()
         if self.down_since is None:
             self.down_since = now
             self.attempts = 0
-            logger.error("Redis at %s is unreachable (%s): crawl paused, nothing is lost; "
-                         "reconnecting with backoff", mask_url(self.url), _reason(exc))
+            logger.error("Redis at %s is unreachable (%s): crawl paused, what this worker holds "
+                         "is kept for when it is back; reconnecting with backoff",
+                         mask_url(self.url), _reason(exc))
             self._inc("crawler/redis/outages")
         self.attempts += 1
         self._inc("crawler/redis/reconnect_attempts")

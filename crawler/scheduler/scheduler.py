@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING
 import redis
 from twisted.internet import task
 
-from crawler.connection import RedisUnavailable, _reason, get_redis
+from crawler.connection import _reason, get_redis, mask_url, persistence_warning
 from crawler.scheduler import codec
 from crawler.scheduler._stats import inc
 from crawler.scheduler.canonical import Canonicalizer
-from crawler.scheduler.config import FrontierSettings, SettingsError, exit_with, warn_ignored
+from crawler.scheduler.config import FrontierSettings, warn_ignored
 from crawler.scheduler.deadletters import DeadLetters
+from crawler.scheduler.epoch import FrontierLost, LossWatch, on_loss_policy
 from crawler.scheduler.forwarding import Inbox, Outbox
 from crawler.scheduler.frontier import Frontier
 from crawler.scheduler.intake import EngineWaker, Intake
@@ -76,14 +77,9 @@ class FrontierScheduler:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
-        from crawler.settings_check import check_settings  # it imports this module's users
-
-        try:
-            check_settings(crawler.settings)
-            config = FrontierSettings.from_settings(crawler.settings)
-            server = get_redis(crawler.settings)
-        except (SettingsError, RedisUnavailable) as exc:  # one line, also in projects using the addon
-            exit_with(exc)
+        # a SettingsError or RedisUnavailable fails the crawl; the command layer says it in one line
+        config = FrontierSettings.from_settings(crawler.settings)
+        server = get_redis(crawler.settings)
         warn_ignored(crawler.settings)
         return cls(crawler, server, config)
 
@@ -98,6 +94,10 @@ class FrontierScheduler:
         if config.flush_on_start:
             self.frontier.clear()
         self.frontier.open()
+        self.loss = LossWatch(self.crawler, self.frontier, on_loss_policy(self.crawler))
+        self.guard.on_lost = lambda exc: self.loss.lost(exc, self)
+        if config.persist and (warning := persistence_warning(self.server, keys.base)):
+            logger.warning("Redis at %s %s", mask_url(self.guard.url), warning)
         outbox = Outbox(self.crawler.settings, self.server, config, spider.name, self.stats)
         self.writes = WriteBuffer(self.frontier, outbox, self.stats, config.batch,
                                   config.ack_interval, self._send_acks)
@@ -110,13 +110,25 @@ class FrontierScheduler:
                              dedup_start_requests=setting(self.crawler.settings, "CRAWLER_DEDUP_START_REQUESTS"))
         dead_letters = DeadLetters(self.server, keys, setting(self.crawler.settings, "CRAWLER_DLQ_MAX"))
         self.reports = Reports(self.frontier, dead_letters, self.guard, self.stats, spider.name)
-        queued = len(self)
-        if queued:
-            logger.info("Resuming crawl of frontier %s (%d requests queued)", keys.base, queued)
-        else:
-            logger.info("Frontier %s opened", keys.base)
+        self._say_opened(keys)
         self._flusher = task.LoopingCall(self._tick)
         self._flusher.start(config.flush_interval, now=False)
+
+    def _say_opened(self, keys: Keys) -> None:
+        """One line: which Redis, which frontier, what it holds, and whether
+        the crawl resumes it (then how old it is, and how to start afresh)."""
+        where = mask_url(self.guard.url)
+        queued = len(self)
+        if not queued:
+            logger.info("Frontier %s opened on Redis at %s (empty)", keys.base, where)
+            return
+        age = ""
+        created = self.frontier.epoch.created_ms if self.frontier is not None else 0
+        if created:
+            now_s, now_us = self.server.time()
+            age = f", made {_age((now_s * 1000 + now_us // 1000 - created) / 1000)} ago"
+        logger.info("Resuming crawl of frontier %s on Redis at %s (%d requests queued%s); to start afresh "
+                    "instead: -s SCHEDULER_FLUSH_ON_START=True", keys.base, where, queued, age)
 
     def close(self, reason: str) -> None:
         """Store what is buffered, acknowledge finished pages and hand
@@ -125,6 +137,8 @@ class FrontierScheduler:
         self.writes.cancel()
         if self._flusher is not None and self._flusher.running:
             self._flusher.stop()
+        if self.guard.halted:  # the frontier was lost (epoch.py): nothing more is written to it
+            return
         assert self.frontier is not None
         if self.leases.storage is not None:  # pages on their way to storage: acknowledged once there
             self.leases.storage.flush()
@@ -135,9 +149,12 @@ class FrontierScheduler:
             if self.writes.acks:  # finished pages: acknowledged before the process goes
                 self.writes.send_acks()
             given_back = self.frontier.release(unfinished)
+        except FrontierLost as exc:  # lost since the last look: said, and nothing more is written
+            self.loss.lost(exc, self, closing=True)
+            return
         except REDIS_ERRORS as exc:
             # unacknowledged pages come back when their leases expire, and
-            # their links with them: nothing is lost, some pages are refetched
+            # their links with them (stored first): they are fetched again
             logger.warning("Redis unreachable at close (%s): %d leased requests will come back "
                            "when their leases expire", _reason(exc), len(unfinished))
             return
@@ -230,6 +247,7 @@ class FrontierScheduler:
             self.writes.acks.extend(acks)
             inc(self.stats, "crawler/frontier/acked_by_sweep", len(acks))
         self.guard.call(self.flush_pending)
+        self.guard.call(self.loss.check)
 
     # --- dequeue ---------------------------------------------------------
 
@@ -302,3 +320,13 @@ class FrontierScheduler:
             return self.frontier.queued() + buffered
         except REDIS_ERRORS:
             return buffered
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"

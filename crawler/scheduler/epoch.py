@@ -1,0 +1,200 @@
+"""Redis losing the frontier is noticed, said once, and stops the crawl.
+
+The frontier keeps an epoch record, ``<base>:epoch`` (an id and when it was
+made, on the server's clock), written by ``epoch.lua`` when a worker opens a
+frontier that has none. A worker remembers the id and the highest value of
+the lease id counter (``<base>:seq``, which only grows) it has seen. Every
+dequeue sends both and the script refuses to do anything, acknowledgements
+included, when the record is gone (Redis restarted without persistence, was
+flushed, failed over to an empty replica), holds another id (another worker
+made a new epoch), or the counter is lower (Redis restarted from an older
+snapshot: the frontier went back in time). When no dequeue happened for
+:data:`CHECK_EVERY` seconds (an idle worker), the scheduler's tick looks.
+
+:class:`Epoch` is the worker's memory of it (kept by the
+:class:`~crawler.scheduler.frontier.Frontier`); :class:`LossWatch` is what
+the scheduler does on a loss: one ERROR line with what is known lost, the
+stat ``crawler/exit/error``, and, as ``CRAWLER_ON_FRONTIER_LOSS`` says,
+``stop`` (nothing more is written to the frontier; the crawl closes with
+finish reason ``frontier_lost``) or ``continue`` (a new epoch; the crawl goes
+on with what is written from now on).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from crawler.settings_registry import setting
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+    from crawler.scheduler.frontier import Frontier
+    from crawler.scheduler.scheduler import FrontierScheduler
+
+logger = logging.getLogger(__name__)
+
+CHECK_EVERY = 3.0  # seconds: an idle worker looks at the epoch at least this often
+SEQ_MARGIN = 1_000_000  # lease ids of a new epoch start this far above the lost one's
+FINISH_REASON = "frontier_lost"
+
+VANISHED, REPLACED, REWOUND = "vanished", "replaced", "rewound"
+
+
+class FrontierLost(Exception):
+    """The frontier is not the one this worker opened (see the module doc)."""
+
+    def __init__(self, kind: str, known: Epoch, found_id: str, found_seq: int, found_queued: int) -> None:
+        self.kind = kind
+        self.known_id = known.id
+        self.seen_seq = known.seq
+        self.queued = known.queued  # at the last look
+        self.looked_ago = time.monotonic() - known.looked_at
+        self.found_id = found_id
+        self.found_seq = found_seq
+        self.found_queued = found_queued
+        super().__init__(f"frontier epoch {kind}")
+
+    def what(self) -> str:
+        """What happened, in a few words."""
+        if self.kind == VANISHED:
+            return ("it is gone (Redis restarted without persistence, was flushed, "
+                    "or failed over to an empty replica)")
+        if self.kind == REPLACED:
+            return f"another epoch ({self.found_id}) replaced it (a worker went on after a loss)"
+        return (f"it went back in time (Redis restarted from an older snapshot or failed over to a "
+                f"lagging replica): lease counter {self.found_seq}, {self.seen_seq} seen before")
+
+
+@dataclass
+class Epoch:
+    """What this worker knows of its frontier's epoch."""
+
+    id: str = ""  # "": not opened, no check
+    created_ms: int = 0
+    seq: int = 0  # highest lease id counter seen
+    queued: int = 0  # requests queued at the last look
+    looked_at: float = 0.0  # time.monotonic() of the last look
+
+    def args(self) -> list[Any]:
+        """The dequeue's epoch arguments."""
+        return [self.id, self.seq]
+
+    def observe(self, found_id: str, seq: int, queued: int) -> None:
+        """Remember a look at the frontier; :class:`FrontierLost` if it is not this epoch's."""
+        if self.id:
+            if not found_id:
+                raise FrontierLost(VANISHED, self, found_id, seq, queued)
+            if found_id != self.id:
+                raise FrontierLost(REPLACED, self, found_id, seq, queued)
+            if seq < self.seq:
+                raise FrontierLost(REWOUND, self, found_id, seq, queued)
+        self.seq = max(self.seq, seq)
+        self.queued = queued
+        self.looked_at = time.monotonic()
+
+    def adopt(self, reply: list[Any]) -> None:
+        """The reply of ``epoch.lua``: the epoch this worker works in from now on."""
+        self.id = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+        self.created_ms = int(reply[1])
+        self.seq = int(reply[3])
+        self.queued = int(reply[4])
+        self.looked_at = time.monotonic()
+
+    @staticmethod
+    def new_id() -> str:
+        return uuid.uuid4().hex
+
+
+def on_loss_policy(crawler: Crawler) -> str:
+    """``CRAWLER_ON_FRONTIER_LOSS`` (``stop`` or ``continue``, the registry checks it)."""
+    return str(setting(crawler.settings, "CRAWLER_ON_FRONTIER_LOSS"))
+
+
+class LossWatch:
+    """The scheduler's side: when to look, and what to do on a loss."""
+
+    def __init__(self, crawler: Crawler, frontier: Frontier, policy: str) -> None:
+        self.crawler = crawler
+        self.frontier = frontier
+        self.policy = policy
+        self.stopped = False  # stop: nothing more is written to the frontier
+        self._renewing = False  # continue: the loss is told, the new epoch not yet made
+
+    def check(self) -> None:
+        """Look at the epoch if no dequeue did for :data:`CHECK_EVERY` seconds."""
+        if self.stopped:
+            return
+        if time.monotonic() - self.frontier.epoch.looked_at >= CHECK_EVERY:
+            self.frontier.check_epoch()
+
+    def lost(self, exc: FrontierLost, scheduler: FrontierScheduler, *, closing: bool = False) -> None:
+        """Say what is lost (once), then stop the crawl or go on in a new epoch.
+        A Redis error while making the new epoch passes up (the outage guard
+        retries; the next look finds the loss again and tries again, silently).
+        ``closing``: found while the crawl closes; nothing more is done."""
+        if self.stopped:
+            return
+        if not self._renewing:
+            self._tell(exc, scheduler, closing)
+        if closing:
+            self.stopped = True
+            return
+        if self.policy == "stop":
+            self._stop(scheduler)
+            return
+        self._renewing = True
+        self.frontier.renew(exc.known_id, exc.seen_seq + SEQ_MARGIN)
+        self._renewing = False
+        logger.warning("Frontier %s: going on in epoch %s (CRAWLER_ON_FRONTIER_LOSS=continue)",
+                       self.frontier.keys.base, self.frontier.epoch.id)
+
+    def _tell(self, exc: FrontierLost, scheduler: FrontierScheduler, closing: bool) -> None:
+        held = len(scheduler.leases) + len(scheduler.intake.buffer)
+        base = self.frontier.keys.base
+        if exc.kind == REWOUND:
+            lost = (f"up to {exc.seen_seq - exc.found_seq} leases and delays made since the snapshot, "
+                    f"the acknowledgements and links stored since (pages done since may be fetched again)")
+            summary = (f"frontier {base} lost (rewound): lease counter {exc.found_seq}, "
+                       f"{exc.seen_seq} seen before")
+        else:
+            lost = (f"{exc.queued} queued requests (at the last look, {exc.looked_ago:.1f} s before), "
+                    "the delayed requests, every worker's leases and the dedup state (pages fetched "
+                    "before may be fetched again)")
+            summary = (f"frontier {base} lost ({exc.kind}): {exc.queued} queued requests, "
+                       f"{held} leases of this worker and the dedup state")
+        if closing:
+            then = "Found while closing: nothing more is written to it"
+        elif self.policy == "stop":
+            then = "Stopping the crawl (CRAWLER_ON_FRONTIER_LOSS=stop); nothing more is written to the frontier"
+        else:
+            then = "Going on in a new epoch with what is stored from now on (CRAWLER_ON_FRONTIER_LOSS=continue)"
+        logger.error("Frontier %s lost: %s. Lost: %s; this worker held %d leases (their acknowledgements "
+                     "are void). %s", base, exc.what(), lost, held, then)
+        stats = self.crawler.stats
+        if stats is not None:
+            stats.inc_value("crawler/frontier/lost")
+            if exc.kind != REWOUND:
+                stats.set_value("crawler/frontier/lost_queued", exc.queued)
+            stats.set_value("crawler/exit/error", summary)
+
+    def _stop(self, scheduler: FrontierScheduler) -> None:
+        self.stopped = True
+        scheduler.guard.halt()
+        scheduler.intake.buffer.clear()  # leased in the lost epoch: never lent
+        scheduler.writes.acks = []
+        from twisted.internet import reactor
+
+        reactor.callLater(0, self._close)  # type: ignore[attr-defined]
+
+    def _close(self) -> None:
+        from scrapy.utils.defer import deferred_from_coro
+
+        engine = self.crawler.engine
+        if engine is not None and engine.spider is not None:
+            engine.unpause()
+            deferred_from_coro(engine.close_spider_async(reason=FINISH_REASON))

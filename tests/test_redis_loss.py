@@ -1,0 +1,206 @@
+"""Redis losing the frontier mid-crawl is detected (``crawler/scheduler/epoch.py``):
+a flush, a restart without persistence, a restart from an older snapshot; and
+a Redis that saves nothing gets one warning at start. Real redis-server
+processes without persistence, real crawls of the test web."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from hashlib import sha256
+from pathlib import Path
+
+import pytest
+import redis
+from scrapy.utils.test import get_crawler
+
+from crawler.connection import persistence_warning
+from crawler.scheduler.epoch import REPLACED, REWOUND, SEQ_MARGIN, VANISHED, FrontierLost, on_loss_policy
+from crawler.scheduler.frontier import Frontier, Item, Politeness
+from crawler.scheduler.keys import Keys
+from crawler.settings_registry import SettingsError
+from tests.servers import ROOT, RedisServer, scrapy_env
+
+QUIET = {"links": 6, "size_fixed": 3000, "private_share": 0, "cross_share": 0.3, "dup_share": 0.2,
+         "crawl_delay_share": 0}
+BASE = "crawler:{billion:0}"
+
+
+@pytest.fixture
+def volatile_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server that keeps nothing on disk."""
+    server = RedisServer(tmp_path / "redis", "--appendonly", "no").start()
+    yield server
+    server.stop()
+
+
+def item(url: str, domain: str = "a.test") -> Item:
+    return Item(sha256(url.encode()).digest(), domain, 0, url.encode())
+
+
+def opened(client: redis.Redis) -> Frontier:
+    frontier = Frontier(client, Keys("crawler", "t", 0), politeness=Politeness(delay=0))
+    frontier.open()
+    return frontier
+
+
+def until(condition: Callable[[], bool], timeout: float = 60, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+# --- detection, in the frontier ------------------------------------------------
+
+def test_a_flushed_frontier_is_noticed_and_nothing_is_written(volatile_redis: RedisServer) -> None:
+    client = volatile_redis.client()
+    frontier = opened(client)
+    frontier.add([item(f"http://a.test/{i}") for i in range(20)])
+    taken = frontier.take(5)
+    assert len(taken.items) == 5
+    client.flushall()
+    with pytest.raises(FrontierLost) as caught:
+        frontier.take(5, acks=[x.lease for x in taken.items])
+    assert caught.value.kind == VANISHED
+    assert caught.value.queued == 15  # what it knew at its last look
+    assert client.keys("*") == []  # the refused dequeue wrote nothing: no acks, no leases
+    with pytest.raises(FrontierLost):
+        frontier.check_epoch()  # the idle look finds it too
+
+
+def test_going_back_in_time_is_noticed_and_old_leases_stay_void(volatile_redis: RedisServer) -> None:
+    client = volatile_redis.client()
+    frontier, other = opened(client), opened(client)
+    assert frontier.epoch.id == other.epoch.id  # the second worker found the first one's epoch
+    frontier.add([item(f"http://a.test/{i}") for i in range(30)])
+    before = frontier.take(5)
+    client.save()  # the snapshot Redis will come back from
+    after = frontier.take(5)
+    other.take(1)
+    volatile_redis.restart()  # loads the snapshot: the last leases never happened
+    client = volatile_redis.client()
+    with pytest.raises(FrontierLost) as caught:
+        frontier.take(5, acks=[x.lease for x in before.items])
+    lost = caught.value
+    assert lost.kind == REWOUND and lost.found_seq == 5 and lost.seen_seq == 10
+    assert client.zcard("crawler:{t:0}:leases") == 5  # the refused call acknowledged nothing
+    # going on: a new epoch, whose lease ids never meet the lost epoch's
+    frontier.renew(lost.known_id, lost.seen_seq + SEQ_MARGIN)
+    assert frontier.epoch.id != lost.known_id
+    fresh = frontier.take(5)
+    assert min(int(x.lease) for x in fresh.items) > SEQ_MARGIN
+    assert frontier.add([], acks=[x.lease for x in after.items]).acked == 0
+    with pytest.raises(FrontierLost) as seen_by_other:
+        other.take(1)  # the other worker: its epoch was replaced
+    assert seen_by_other.value.kind == REPLACED
+
+
+def test_a_durable_restart_is_not_a_loss(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "aof", "--appendonly", "yes", "--appendfsync", "always").start()
+    try:
+        frontier = opened(server.client())
+        frontier.add([item(f"http://a.test/{i}") for i in range(10)])
+        taken = frontier.take(3)
+        server.restart()
+        again = frontier.take(3, acks=[x.lease for x in taken.items])
+        assert len(again.items) == 3 and frontier.epoch.queued == 4
+        frontier.check_epoch()
+    finally:
+        server.stop()
+
+
+def test_the_policy_setting_is_checked() -> None:
+    assert on_loss_policy(get_crawler(settings_dict={})) == "stop"
+    assert on_loss_policy(get_crawler(settings_dict={"CRAWLER_ON_FRONTIER_LOSS": "continue"})) == "continue"
+    with pytest.raises(SettingsError, match="CRAWLER_ON_FRONTIER_LOSS"):
+        on_loss_policy(get_crawler(settings_dict={"CRAWLER_ON_FRONTIER_LOSS": "ignore"}))
+
+
+# --- the persistence warning -----------------------------------------------------
+
+@pytest.mark.parametrize(("args", "warned"), [
+    (("--appendonly", "no"), True),
+    (("--appendonly", "yes"), False),
+    (("--appendonly", "no", "--save", "60 1"), False),
+    (("--appendonly", "no", "--rename-command", "CONFIG", ""), False),  # managed Redis: CONFIG refused
+])
+def test_persistence_warning(tmp_path: Path, args: tuple[str, ...], warned: bool) -> None:
+    server = RedisServer(tmp_path / "r", *args).start()
+    try:
+        warning = persistence_warning(server.client())
+    finally:
+        server.stop()
+    assert (warning is not None) == warned
+    if warned:
+        assert "saves nothing to disk" in warning and "SCHEDULER_PERSIST" in warning
+
+
+# --- real crawls -------------------------------------------------------------------
+
+def crawl(web, tmp_path: Path, redis_url: str, *settings: str) -> subprocess.Popen[str]:
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("\n".join(web.url(d) for d in range(web.config.domains)) + "\n")
+    cmd = [sys.executable, "-m", "scrapy", "crawl", "billion", "-a", f"seeds={seeds}",
+           "-s", "CRAWLER_PROGRESS_INTERVAL=0", "-s", "CRAWLER_DOMAIN_DELAY=0.05",
+           "-s", f"CRAWLER_STATS_FILE={tmp_path / 'stats.json'}", "-s", f"CRAWLER_WARC_DIR={tmp_path / 'warc'}"]
+    for s in settings:
+        cmd += ["-s", s]
+    return subprocess.Popen(cmd, cwd=ROOT, env=scrapy_env(redis_url, CRAWLER_CONTACT="ops@example.org"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def pages(web) -> Counter[tuple[str, str]]:
+    return Counter((e.domain, e.path) for e in web.log() if e.path != "/robots.txt")
+
+
+@pytest.mark.parametrize("policy", ["stop", "continue"])
+@pytest.mark.parametrize("event", ["flushall", "restart"])
+def test_frontier_lost_mid_crawl(volatile_redis: RedisServer, make_web, tmp_path: Path,
+                                 event: str, policy: str) -> None:
+    # 240 pages, as in the issue; slow pages: some are in flight when the frontier goes
+    web = make_web(domains=4, pages=60, faults={"slow": 0.3}, slow_ms=300, **QUIET)
+    proc = crawl(web, tmp_path, volatile_redis.url, f"CRAWLER_ON_FRONTIER_LOSS={policy}")
+    until(lambda: sum(pages(web).values()) >= 60 or proc.poll() is not None, what="60 pages")
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    if event == "flushall":
+        volatile_redis.client().flushall()
+    else:
+        volatile_redis.restart()  # empty: nothing on disk
+    lost_at = len(web.log())
+    _, err = proc.communicate(timeout=180)
+    stats = json.loads((tmp_path / "stats.json").read_text())
+    fetched = pages(web)
+    twice = sum(n - 1 for n in fetched.values())
+    after = sum(1 for e in web.log()[lost_at:] if e.path != "/robots.txt")
+    print(f"{event}/{policy}: {sum(fetched.values())} fetches of {len(fetched)} pages, "
+          f"{twice} fetched twice, {after} after the loss, exit status {proc.returncode}")
+    errors = [line for line in err.splitlines() if "] ERROR:" in line]
+    loss_lines = [line for line in errors if f"Frontier {BASE} lost:" in line]
+    assert len(loss_lines) == 1, err[-5000:]
+    line = loss_lines[0]
+    assert ("it is gone" in line and "queued requests" in line and "dedup state" in line), line
+    assert ("Stopping the crawl" if policy == "stop" else "Going on in a new epoch") in line
+    verdict = [e for e in errors if "[crawler.commands.crawl] ERROR: Crawl failed: " in e]
+    assert len(verdict) == 1 and f"frontier {BASE} lost (vanished)" in verdict[0], err[-3000:]  # the last word
+    other_errors = [e for e in errors if e not in loss_lines + verdict and "is unreachable" not in e]
+    assert other_errors == [], err[-5000:]
+    assert "nothing is lost" not in err
+    assert "Traceback" not in err, err[-5000:]
+    assert err.count("saves nothing to disk") == 1  # the start-up warning, once
+    assert stats["crawler/frontier/lost"] == 1
+    assert stats["crawler/exit/error"].startswith(f"frontier {BASE} lost (vanished)")
+    if policy == "stop":
+        assert stats["finish_reason"] == "frontier_lost"
+        assert twice == 0  # nothing fetched again: it stopped
+        assert volatile_redis.client().keys(f"{BASE}:epoch") == []  # the lost frontier is left alone
+    else:
+        assert "going on in epoch" in err
+        assert stats["finish_reason"] == "finished"
+        assert after > 20  # it went on crawling
+        assert len(fetched) >= 200  # and reached (nearly) every page again
+    assert proc.returncode != 0, f"exit status {proc.returncode}: the loss must fail the crawl"

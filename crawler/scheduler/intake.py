@@ -12,12 +12,14 @@ taking more, and the next call drops that kept reply.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from crawler._compat import wake_engine
 from crawler.scheduler._stats import inc
 
 if TYPE_CHECKING:
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
 
     from crawler.scheduler.frontier import Frontier, Leased
     from crawler.scheduler.marks import Ack
+
+logger = logging.getLogger(__name__)
 
 MAX_POLL_WAIT = 1.0  # seconds between dequeue attempts while nothing is due
 
@@ -129,6 +133,7 @@ class EngineWaker:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.call: Any = None
+        self._said = False
 
     def wake_in(self, seconds: float) -> None:
         from twisted.internet import reactor
@@ -140,9 +145,10 @@ class EngineWaker:
         self.call = reactor.callLater(seconds + 0.001, self._wake)  # type: ignore[attr-defined]
 
     def _wake(self) -> None:
-        slot = getattr(self.crawler.engine, "_slot", None)
-        if slot is not None:
-            slot.nextcall.schedule()
+        if wake_engine(self.crawler.engine) is False and not self._said:
+            self._said = True
+            logger.warning("Scrapy's engine state moved (crawler/_compat.py): the engine is not woken "
+                           "when a domain is due, it polls every 5 s")
 
     def cancel(self) -> None:
         if self.call is not None and self.call.active():

@@ -14,7 +14,10 @@ comes back when it expires in Redis.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Protocol
+
+from crawler._compat import engine_busy, missing
 
 from crawler.meta import DEAD, END, LEASE, NON_HTML
 from crawler.scheduler.marks import DEAD as ENDED_DEAD
@@ -26,6 +29,8 @@ if TYPE_CHECKING:
     from scrapy import Request
 
     from crawler.scheduler.marks import Ack, Marks
+
+logger = logging.getLogger(__name__)
 
 
 class Storage(Protocol):
@@ -54,6 +59,7 @@ class Leases:
         self.lent: dict[str, Request] = {}  # lease -> the request it covers
         self.held: dict[str, Request] = {}  # lease -> a page done but not yet stored
         self.storage: Storage | None = None
+        self._blind = False  # Scrapy's engine state moved: said once
 
     def __len__(self) -> int:
         return len(self.lent)
@@ -111,15 +117,19 @@ class Leases:
         some ``process_response``, a filter). A lent request that is neither
         downloading nor being scraped nor held for storage is finished; its
         end is what the middlewares noted on it, else unknown. This reads
-        Scrapy's private engine state, and finds nothing when that state moves.
+        Scrapy's private engine state (``crawler/_compat.py``), and says once
+        in the log when that state moved.
         """
-        slot = getattr(engine, "_slot", None)
-        scraper_slot = getattr(getattr(engine, "scraper", None), "slot", None)
-        if not self.lent or slot is None or scraper_slot is None:
+        if not self.lent or engine is None or getattr(engine, "_slot", None) is None:
+            return []  # not started, or closed
+        busy = engine_busy(engine)
+        if busy is None:
+            if not self._blind:
+                self._blind = True
+                logger.warning("Scrapy's engine state moved (crawler/_compat.py: %s): requests that end "
+                               "where no middleware sees them are acknowledged when their leases expire",
+                               ", ".join(missing(engine)))
             return []
-        busy = {id(r) for r in getattr(slot, "inprogress", ())}
-        busy.update(id(r) for r in getattr(scraper_slot, "active", ()))
-        busy.update(id(entry[1]) for entry in getattr(scraper_slot, "queue", ()))
         done = [(lease, request) for lease, request in self.lent.items()
                 if id(request) not in busy and lease not in self.held]
         for lease, _ in done:

@@ -1,0 +1,70 @@
+"""Every private internal of Scrapy the crawler reads, in one place, with the
+versions it was checked against.
+
+Scrapy has no public way to ask which requests its engine still holds, or to
+wake its loop; both are read from its private state here. When a release
+moves them, these functions answer ``None``/``False`` instead of raising, the
+caller says so once in the log, and ``tests/test_compat.py`` fails naming
+what moved. pyOpenSSL's private bindings have their own module with the same
+contract (:mod:`crawler.fetch._openssl`, which refuses to import instead);
+:func:`missing` reports both.
+
+Checked against: Scrapy ``SCRAPY`` (``ExecutionEngine._slot.inprogress`` and
+``.nextcall``, ``Scraper.slot.active``/``.queue``, the stats collector's
+``__getattribute__`` wrapper that :class:`crawler.lean.MemoryStats` undoes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SCRAPY = ">=2.13,<2.20"
+
+
+def engine_busy(engine: Any) -> set[int] | None:
+    """``id()`` of every request the engine is downloading or scraping;
+    None when Scrapy's private state is not where it was."""
+    slot = getattr(engine, "_slot", None)
+    scraper_slot = getattr(getattr(engine, "scraper", None), "slot", None)
+    inprogress = getattr(slot, "inprogress", None)
+    active = getattr(scraper_slot, "active", None)
+    queue = getattr(scraper_slot, "queue", None)
+    if inprogress is None or active is None or queue is None:
+        return None
+    busy = {id(r) for r in inprogress}
+    busy.update(id(r) for r in active)
+    busy.update(id(entry[1]) for entry in queue)
+    return busy
+
+
+def wake_engine(engine: Any) -> bool | None:
+    """Run the engine's loop soon (it would otherwise wait for its 5 s
+    heartbeat); None when it is not running, False when Scrapy's private
+    state is not where it was."""
+    slot = getattr(engine, "_slot", None)
+    if slot is None:
+        return None
+    schedule = getattr(getattr(slot, "nextcall", None), "schedule", None)
+    if schedule is None:
+        return False
+    schedule()
+    return True
+
+
+def missing(engine: Any = None) -> list[str]:
+    """The private names the crawler uses that the installed Scrapy (with a
+    running ``engine``, when given) and pyOpenSSL lack."""
+    from crawler.fetch import _openssl  # importing it checks pyOpenSSL's names
+
+    gone = list(_openssl.missing())
+    from scrapy.statscollectors import StatsCollector
+
+    if "__getattribute__" not in vars(StatsCollector):
+        gone.append("StatsCollector.__getattribute__ (crawler.lean.MemoryStats has nothing to undo)")
+    if engine is not None:
+        slot = getattr(engine, "_slot", None)
+        scraper_slot = getattr(getattr(engine, "scraper", None), "slot", None)
+        gone += [f"ExecutionEngine._slot.{name}" for name in ("inprogress", "nextcall")
+                 if not hasattr(slot, name)]
+        gone += [f"Scraper.slot.{name}" for name in ("active", "queue") if not hasattr(scraper_slot, name)]
+    return gone

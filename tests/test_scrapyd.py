@@ -1,12 +1,16 @@
 """`scrapy cluster` against two real Scrapyd servers on loopback: deploy,
-a sharded billion crawl that runs to the end, status, cancel, and refusal."""
+a sharded billion crawl that runs to the end, a second run beside the first,
+status of each run, cancel, a job that fails on its node reported as failed,
+inputs checked before anything is submitted, and refusal."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -14,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from crawler.commands.cluster import deploy_targets, judge_log
 from tests.servers import ROOT, free_port, scrapy_env
 
 QUIET = dict(links=6, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2, crawl_delay_share=0)
@@ -27,8 +32,10 @@ class Scrapyd:
         (self.dir / "scrapyd.conf").write_text(
             f"[scrapyd]\nbind_address = 127.0.0.1\nhttp_port = {self.port}\npoll_interval = 0.5\n"
             f"max_proc = 4\neggs_dir = {self.dir}/eggs\nlogs_dir = {self.dir}/logs\ndbs_dir = {self.dir}/dbs\n")
-        # jobs run on the deployed egg's settings (crawler.settings), not devkit's
-        self.proc = subprocess.Popen([sys.executable, "-m", "scrapyd"], cwd=self.dir, env=scrapy_env(None, settings=None),
+        # jobs run on the deployed egg's settings (crawler.settings), not devkit's, and get
+        # CRAWLER_CONTACT only from `cluster schedule`, as on a node that has none
+        self.proc = subprocess.Popen([sys.executable, "-m", "scrapyd"], cwd=self.dir,
+                                     env=scrapy_env(None, settings=None, CRAWLER_CONTACT=""),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while True:
@@ -48,6 +55,11 @@ class Scrapyd:
         with urllib.request.urlopen(f"{self.url}/listjobs.json?project=crawler", timeout=10) as resp:
             return json.loads(resp.read())
 
+    def schedule(self, data: dict[str, str]) -> None:
+        body = urllib.parse.urlencode({"project": "crawler", **data}).encode()
+        with urllib.request.urlopen(f"{self.url}/schedule.json", body, timeout=10) as resp:
+            assert json.loads(resp.read())["status"] == "ok"
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(10)
@@ -65,9 +77,20 @@ def nodes(tmp_path: Path) -> Iterator[list[Scrapyd]]:
 TEST_WEB = ("--setting", 'CRAWLER_HOST_MAP={"*.test": "127.0.0.1"}', "--setting", "CRAWLER_ALLOW_PRIVATE=*.test")
 
 
+CONTACT = ("--setting", "CRAWLER_CONTACT=ops@example.org")
+
+
 def cluster(*args: str, redis_url: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``scrapy cluster`` on a machine without CRAWLER_CONTACT in its environment."""
     return subprocess.run([sys.executable, "-m", "scrapy", "cluster", *args], cwd=ROOT,
-                          env=scrapy_env(redis_url), capture_output=True, text=True, timeout=180)
+                          env=scrapy_env(redis_url, CRAWLER_CONTACT=""), capture_output=True, text=True, timeout=180,
+                          check=False)
+
+
+def run_of(scheduled: subprocess.CompletedProcess[str]) -> str:
+    match = re.search(r"^run (\d{8}T\d{6}Z): ", scheduled.stdout, re.MULTILINE)
+    assert match, scheduled.stdout
+    return match.group(1)
 
 
 def test_deploy_schedule_status_and_cancel(nodes: list[Scrapyd], redis_url: str, make_web, tmp_path: Path) -> None:
@@ -82,36 +105,98 @@ def test_deploy_schedule_status_and_cancel(nodes: list[Scrapyd], redis_url: str,
 
     scheduled = cluster("schedule", "billion", "--nodes", urls, "--shards", "3", "--seeds", str(seeds),
                         "--redis", f"{redis_url},{redis_url}", "--setting", "CRAWLER_DOMAIN_DELAY=0",
-                        "--setting", "CRAWLER_CONTACT=ops@example.org", "--setting", "CRAWLER_WARC_DIR=", *TEST_WEB)
+                        *CONTACT, "--setting", "CRAWLER_WARC_DIR=", *TEST_WEB)
     assert scheduled.returncode == 0, scheduled.stdout + scheduled.stderr
-    assert "shard 0/3: job billion-0-of-3 on " + nodes[0].url in scheduled.stdout
-    assert "shard 1/3: job billion-1-of-3 on " + nodes[1].url in scheduled.stdout
+    first = run_of(scheduled)
+    assert f"shard 0/3: job billion-0-of-3-{first} on {nodes[0].url}" in scheduled.stdout
+    assert f"shard 1/3: job billion-1-of-3-{first} on {nodes[1].url}" in scheduled.stdout
     deadline = time.monotonic() + 150
     while time.monotonic() < deadline:
         status = cluster("status", "billion", "--nodes", urls, "--shards", "3")
         if status.stdout.count(": finished") == 3:
             break
         time.sleep(1)
-    assert status.stdout.count(": finished") == 3, status.stdout
+    assert status.stdout.count(": finished") == 3 and "finish reason finished" in status.stdout, status.stdout
+    assert status.returncode == 0 and f"run {first}: billion, 3 shards" in status.stdout
     fetched = Counter((e.domain, e.path) for e in web.log() if e.path != "/robots.txt")
     assert {(d, f"/p/{k}.html") for d in web.domains for k in range(1, 10)} <= set(fetched)
     assert max(fetched.values()) == 1
 
+    # a second run: its own job ids, so the finished first run hides nothing, and its own logs
     slow = cluster("schedule", "billion", "--nodes", urls, "--shards", "2", "--seeds", str(seeds),
                    "--redis", f"{redis_url},{redis_url}", "--setting", "CRAWLER_DOMAIN_DELAY=30",
-                   "--setting", "CRAWLER_CONTACT=ops@example.org", "--setting", "SCHEDULER_FLUSH_ON_START=True",
-                   *TEST_WEB)
-    assert slow.returncode == 0, slow.stdout
+                   *CONTACT, "--setting", "SCHEDULER_FLUSH_ON_START=True", *TEST_WEB)
+    assert slow.returncode == 0, slow.stdout + slow.stderr
+    second = run_of(slow)
+    assert second != first
     deadline = time.monotonic() + 60
-    while "running" not in (status := cluster("status", "billion", "--nodes", urls, "--shards", "2")).stdout:
+    while (status := cluster("status", "billion", "--nodes", urls)).stdout.count(": running") < 2:
         assert time.monotonic() < deadline, status.stdout
         time.sleep(0.5)
-    cancelled = cluster("cancel", "billion", "--nodes", urls, "--shards", "2")
-    assert cancelled.returncode == 0 and cancelled.stdout.count("billion-") == 2
+    assert f"run {second}: billion, 2 shards" in status.stdout and first not in status.stdout
+    older = cluster("status", "billion", "--nodes", urls, "--run", first)
+    assert older.returncode == 0 and older.stdout.count(": finished") == 3, older.stdout
+    logs = sorted(p.name for n in nodes for p in (n.dir / "logs" / "crawler" / "billion").glob("*.log"))
+    assert logs == sorted([*(f"billion-{i}-of-3-{first}.log" for i in range(3)),
+                           *(f"billion-{i}-of-2-{second}.log" for i in range(2))])
+
+    cancelled = cluster("cancel", "billion", "--nodes", urls)
+    assert cancelled.returncode == 0 and cancelled.stdout.count(f"-of-2-{second} on ") == 2, cancelled.stdout
+    assert "was running" in cancelled.stdout
     deadline = time.monotonic() + 60
-    while cluster("status", "billion", "--nodes", urls, "--shards", "2").stdout.count(": finished") < 2:
-        assert time.monotonic() < deadline
+    while (status := cluster("status", "billion", "--nodes", urls)).stdout.count(": finished") < 2:
+        assert time.monotonic() < deadline, status.stdout
         time.sleep(0.5)
+    assert status.stdout.count("finish reason shutdown") == 2, status.stdout
+
+
+def test_failed_job_is_reported_failed(nodes: list[Scrapyd]) -> None:
+    node = nodes[0]
+    assert cluster("deploy", "--nodes", node.url).returncode == 0
+    # as an older `cluster schedule` submitted it: no CRAWLER_CONTACT, which the node does not have
+    run = "20260101T000000Z"
+    node.schedule({"spider": "billion", "jobid": f"billion-0-of-1-{run}", "shard": "0", "shards": "1"})
+    deadline = time.monotonic() + 60
+    while not node.jobs()["finished"]:
+        assert time.monotonic() < deadline, node.jobs()
+        time.sleep(0.5)
+    status = cluster("status", "billion", "--nodes", node.url)
+    assert status.returncode == 1, status.stdout + status.stderr
+    assert f"shard 0: failed    billion-0-of-1-{run} on {node.url}: the billion spider crawls the open web: " \
+           "set CRAWLER_CONTACT" in status.stdout, status.stdout
+    # through `cluster schedule`: a Redis the node cannot reach
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    scheduled = cluster("schedule", "billion", "--nodes", node.url, "--shards", "1", "--seeds", "redis:seeds",
+                        "--redis", dead, *CONTACT)
+    assert scheduled.returncode == 0, scheduled.stdout + scheduled.stderr
+    second = run_of(scheduled)
+    deadline = time.monotonic() + 60
+    while "failed" not in (status := cluster("status", "billion", "--nodes", node.url)).stdout:
+        assert time.monotonic() < deadline, status.stdout
+        time.sleep(0.5)
+    assert status.returncode == 1 and f"run {second}: billion, 1 shards" in status.stdout
+    line = next(line for line in status.stdout.splitlines() if line.startswith("shard 0: "))
+    assert line.startswith(f"shard 0: failed    billion-0-of-1-{second} on {node.url}: ") and dead[8:] in line, line
+
+
+def test_schedule_checks_inputs_before_submitting(nodes: list[Scrapyd], tmp_path: Path) -> None:
+    node = nodes[0]
+    assert cluster("deploy", "--nodes", node.url).returncode == 0
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("https://example.org/\n")
+    base = ("schedule", "billion", "--nodes", node.url, "--shards", "2")
+    for args, message in [
+        ((*base, "--seeds", str(seeds)), "set CRAWLER_CONTACT"),
+        ((*base, *CONTACT), "cluster schedule needs --seeds"),
+        ((*base, *CONTACT, "--seeds", "seeds.txt"), "give an absolute path"),
+        ((*base, *CONTACT, "--seeds", str(tmp_path / "none.txt")), "does not exist"),
+        ((*base, *CONTACT, "--seeds", str(seeds), "--setting", "CRAWLER_DOMAIN_DELAY=soon"), "CRAWLER_DOMAIN_DELAY"),
+    ]:
+        refused = cluster(*args)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+        assert refused.stderr.count("\n") == 1 and message in refused.stderr, (args, refused.stderr)
+    jobs = node.jobs()
+    assert jobs["pending"] == [] and jobs["running"] == [] and jobs["finished"] == []
 
 
 def test_unreachable_node_submits_nothing(nodes: list[Scrapyd], tmp_path: Path) -> None:
@@ -119,11 +204,35 @@ def test_unreachable_node_submits_nothing(nodes: list[Scrapyd], tmp_path: Path) 
     deployed = cluster("deploy", "--nodes", urls)
     assert deployed.returncode == 1
     assert "deployed crawler" in deployed.stdout and "unreachable" in deployed.stdout
-    result = cluster("schedule", "billion", "--nodes", urls, "--shards", "4", "--seeds", "redis:seeds")
+    result = cluster("schedule", "billion", "--nodes", urls, "--shards", "4", "--seeds", "redis:seeds", *CONTACT)
     assert result.returncode == 1 and "unreachable" in result.stdout
     jobs = nodes[0].jobs()
     assert jobs["pending"] == [] and jobs["running"] == [] and jobs["finished"] == []
-    refused = cluster("schedule", "nosuchspider", "--nodes", nodes[0].url, "--shards", "2")
+    refused = cluster("schedule", "nosuchspider", "--nodes", nodes[0].url, "--shards", "2", "--seeds", "redis:s")
     assert refused.returncode == 1 and "refused" in refused.stdout
     bad = cluster("schedule", "billion", "--nodes", nodes[0].url, "--shards", "0")
     assert bad.returncode != 0 and "--shards must be an integer >= 1" in bad.stderr
+
+
+def test_default_deploy_target_only_when_alone(tmp_path: Path) -> None:
+    cfg = tmp_path / "scrapy.cfg"
+    shipped = (ROOT / "scrapy.cfg").read_text()
+    cfg.write_text(shipped)
+    assert deploy_targets(cfg) == (["http://localhost:6800/"], "crawler")
+    cfg.write_text(shipped + "\n[deploy:node1]\nurl = http://10.0.0.1:6800/\nproject = crawler\n"
+                   "\n[deploy:node2]\nurl = http://10.0.0.2:6800/\n")
+    assert deploy_targets(cfg) == (["http://10.0.0.1:6800/", "http://10.0.0.2:6800/"], "crawler")
+
+
+def test_job_outcome_from_the_log_tail() -> None:
+    head = "2026-12-04 13:00:00 [scrapy.utils.log] INFO: Scrapy 2.19.0 started (bot: crawler)\n"
+    closed = "2026-12-04 13:00:09 [scrapy.core.engine] INFO: Spider closed (finished)\n"
+    assert judge_log(head + closed) == ("finished", "finish reason finished")
+    failed = closed.replace("finished", "frontier_lost") + \
+        "2026-12-04 13:00:09 [crawler.commands.crawl] ERROR: Crawl failed: frontier Redis lost\n"
+    assert judge_log(head + failed) == ("failed", "frontier Redis lost")
+    bad = "2026-12-04 13:00:01 [crawler.commands._fail] ERROR: crawler: error: CRAWLER_X must be > 0\n"
+    assert judge_log(head + bad) == ("failed", "CRAWLER_X must be > 0")
+    state, detail = judge_log(head + "2026-12-04 13:00:02 [scrapy.core.scraper] ERROR: Spider error\n")
+    assert state == "failed" and detail.endswith("[scrapy.core.scraper] ERROR: Spider error")
+    assert judge_log("")[0] == "failed"

@@ -1,4 +1,4 @@
-"""A small Scrapyd API client (urllib only) and the project's egg."""
+"""A small Scrapyd API client (urllib only), job log tails and the project's egg."""
 
 from __future__ import annotations
 
@@ -50,12 +50,36 @@ def call(node: str, endpoint: str, data: dict[str, Any] | list[tuple[str, str]] 
     return answer
 
 
+def fetch_tail(node: str, path: str, size: int = 65536, timeout: float = 30) -> str | None:
+    """The last ``size`` bytes of the file Scrapyd serves at ``path`` (a job's
+    ``log_url``); None when the node has no such file (Scrapyd deletes logs
+    beyond ``jobs_to_keep``). The length comes from a HEAD request and the
+    tail from an explicit ``Range``: Twisted answers a suffix range longer
+    than the file with HTTP 500."""
+    url = node.rstrip("/") + "/" + path.lstrip("/")
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout) as resp:
+            length = int(resp.headers.get("Content-Length") or 0)
+        if length == 0:
+            return ""
+        request = urllib.request.Request(url, headers={"Range": f"bytes={max(0, length - size)}-"})
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            body = resp.read()
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise NodeError(f"{node}: HTTP {exc.code} from {path}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise NodeError(f"{node}: unreachable ({getattr(exc, 'reason', exc)})") from None
+    return body[-size:].decode("utf-8", errors="replace")
+
+
 def build_egg(project_dir: Path) -> bytes:
     """``setup.py bdist_egg`` of the project, as scrapyd-deploy builds it."""
     with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as build:
         result = subprocess.run(
             [sys.executable, "setup.py", "-q", "build", "--build-base", build, "bdist_egg", "-d", out],
-            cwd=project_dir, capture_output=True, text=True,
+            cwd=project_dir, capture_output=True, text=True, check=False,
         )
         eggs = list(Path(out).glob("*.egg"))
         if result.returncode != 0 or not eggs:

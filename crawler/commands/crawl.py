@@ -23,6 +23,7 @@ import logging
 
 from scrapy.commands.crawl import Command as ScrapyCrawl
 from scrapy.crawler import Crawler
+from scrapy.settings import BaseSettings
 from scrapy.exceptions import UsageError
 from scrapy.spiderloader import get_spider_loader
 from twisted.internet.defer import Deferred
@@ -46,7 +47,8 @@ class Command(ScrapyCrawl):
         assert self.settings is not None
         try:
             validate(self.settings)
-            self._check_spider(args, opts)
+            if args:
+                check_spider(self.settings, args[0], opts.spargs)
             url = redis_url(self.settings)
             self.settings.set("REDIS_URL", url, priority="cmdline")
             get_redis(self.settings).close()
@@ -75,29 +77,29 @@ class Command(ScrapyCrawl):
             logger.error("The crawl could not start", exc_info=errors[0])
         logger.error("Crawl failed: %s", reason)
 
-    def _check_spider(self, args: list[str], opts: argparse.Namespace) -> None:
-        """A spider module's ``check_arguments(**spargs)`` is run, and spiders of
-        the open web (``requires_contact``) need CRAWLER_CONTACT."""
-        if not args:
-            return
+
+
+
+def check_spider(settings: BaseSettings, name: str, spargs: dict[str, str]) -> None:
+    """``SettingsError`` when the spider ``name`` cannot run with ``spargs``:
+    its module's ``check_arguments(**spargs)`` refuses them, or it crawls the
+    open web (``requires_contact``) and CRAWLER_CONTACT is unset. Also what
+    ``scrapy cluster schedule`` checks before submitting a job."""
+    try:
+        spidercls = get_spider_loader(settings).load(name)
+    except KeyError:
+        return  # Scrapy reports unknown spiders itself
+    check = getattr(importlib.import_module(spidercls.__module__), "check_arguments", None)
+    if check is not None:
         try:
-            spidercls = get_spider_loader(self.settings).load(args[0])
-        except KeyError:
-            return  # Scrapy reports unknown spiders itself
-        check = getattr(importlib.import_module(spidercls.__module__), "check_arguments", None)
-        if check is not None:
-            try:
-                check(**opts.spargs)
-            except ValueError as exc:
-                raise SettingsError(str(exc)) from None
-        if getattr(spidercls, "requires_contact", False) and not str(
-            setting(self.settings, "CRAWLER_CONTACT") or ""
-        ).strip():
-            raise SettingsError(
-                f"the {args[0]} spider crawls the open web: set CRAWLER_CONTACT to a URL or "
-                "e-mail address where site owners can reach you (-s CRAWLER_CONTACT=... or the "
-                "environment variable)"
-            )
+            check(**spargs)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
+    if getattr(spidercls, "requires_contact", False) and not str(setting(settings, "CRAWLER_CONTACT") or "").strip():
+        raise SettingsError(
+            f"the {name} spider crawls the open web: set CRAWLER_CONTACT to a URL or e-mail address where "
+            "site owners can reach you (-s CRAWLER_CONTACT=..., the environment variable, or cluster's --setting)"
+        )
 
 
 def _on_error(started: object, record: object) -> None:

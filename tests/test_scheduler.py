@@ -152,6 +152,11 @@ def test_bulk_urls_become_requests_only_when_dequeued(redis_url: str, make_web) 
         # only the two start requests, each handed back once after its robots.txt
         assert "scheduler/enqueued/redis': 4," in result.stderr
         assert "crawler/robots/handed_back': 2," in result.stderr
+        letters = [json.loads(raw) for raw in client.lrange("crawler:{bulk:0}:dlq", 0, -1)]
+        assert sorted(x["url"].split("/", 3)[2].split(":")[0] for x in letters) == ["d0.test", "d1.test"]
+        assert {x["reason"] for x in letters} == {"spider_says_so"}  # a spider's own dead letters
+        shown = run_scrapy(["frontier", "bulk", "--json"], scrapy_env(redis_url))
+        assert json.loads(shown.stdout)[0]["ledger"]["dead"] == 2, shown.stdout  # and its pages end there
     finally:
         (ROOT / "items.jsonl").unlink(missing_ok=True)
 

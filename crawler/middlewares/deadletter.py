@@ -19,7 +19,8 @@ from scrapy.spidermiddlewares.httperror import HttpError
 
 from crawler.fetch.errors import REFUSED, reason
 from crawler.meta import DEAD, ROBOTS
-from crawler.scheduler.access import frontier_scheduler, uses_frontier
+from crawler.scheduler.access import uses_frontier
+from crawler.scheduler.service import frontier_service
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -42,10 +43,10 @@ class _DeadLetterBase:
                exception: BaseException | None = None) -> None:
         if request.meta.get(DEAD) or request.meta.get(ROBOTS):
             return
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None:
+        frontier = frontier_service(self.crawler)
+        if frontier is not None:
             request.meta[DEAD] = True
-            scheduler.reports.dead_letter(request, reason, status=status, exception=exception)
+            frontier.dead_letter(request, reason, status=status, exception=exception)
 
 
 class DeadLetterMiddleware(_DeadLetterBase):

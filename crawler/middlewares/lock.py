@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING
 from scrapy.exceptions import NotConfigured
 
 from crawler.meta import DELAY, LOCK, ROBOTS
-from crawler.scheduler.access import frontier_scheduler, uses_frontier
+from crawler.scheduler.access import uses_frontier
 from crawler.scheduler.domains import domain_of, host_of
 from crawler.scheduler.outage import REDIS_ERRORS
+from crawler.scheduler.service import frontier_service
 from crawler.settings_registry import lock_ttl, setting
 
 if TYPE_CHECKING:
@@ -54,12 +55,12 @@ class DomainLockMiddleware:
         return cls(crawler)
 
     def needs_lock(self, host: str, domain: str) -> bool:
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is None:
+        frontier = frontier_service(self.crawler)
+        if frontier is None:
             return False
         now = time.monotonic()
         if now - self.live_read > _REFRESH:
-            self.live = scheduler.frontier.locks.live_domains()
+            self.live = frontier.locks.live_domains()
             self.live_read = now
         if domain in self.live or host in self.live:
             return True
@@ -73,10 +74,10 @@ class DomainLockMiddleware:
         try:
             if not self.needs_lock(host, domain):
                 return None
-            scheduler = frontier_scheduler(self.crawler)
-            assert scheduler is not None and scheduler.frontier is not None
+            frontier = frontier_service(self.crawler)
+            assert frontier is not None
             token = uuid.uuid4().hex
-            taken, stale = scheduler.frontier.locks.acquire(domain, token, self.ttl_ms)
+            taken, stale = frontier.locks.acquire(domain, token, self.ttl_ms)
         except REDIS_ERRORS:
             taken, stale = False, 0  # Redis away: wait as if the domain were locked
         if stale:
@@ -93,11 +94,11 @@ class DomainLockMiddleware:
 
     def release(self, request: Request) -> None:
         held = request.meta.pop(LOCK, None)
-        scheduler = frontier_scheduler(self.crawler)
-        if held is None or scheduler is None or scheduler.frontier is None:
+        frontier = frontier_service(self.crawler)
+        if held is None or frontier is None:
             return
         try:
-            released = scheduler.frontier.locks.release(*held)
+            released = frontier.locks.release(*held)
         except REDIS_ERRORS:
             released = False  # the lock expires on its own
         if not released:

@@ -56,17 +56,18 @@ from crawler.fallback import cannot_connect, fallback_request
 from crawler.meta import DEAD, DELAY, END, LEASE, MAX_PAGE_BYTES, ROBOTS
 from crawler.middlewares.useragent import robots_agent
 from crawler.robots import Rules, compile_rules
-from crawler.scheduler.access import frontier_scheduler, uses_frontier
+from crawler.scheduler.access import uses_frontier
 from crawler.scheduler.domains import domain_of
 from crawler.scheduler.marks import DISALLOWED
 from crawler.scheduler.outage import REDIS_ERRORS
+from crawler.scheduler.service import frontier_service
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from crawler.scheduler.scheduler import FrontierScheduler
+    from crawler.scheduler.service import FrontierService
 
 logger = logging.getLogger(__name__)
 
@@ -135,9 +136,9 @@ class SharedRobotsMiddleware:
         fetched = self.fetched.pop(origin, None)
         if fetched is not None and fetched[1] >= asked:
             # robots.txt (or a hop of it) was this request's turn at the domain
-            scheduler = frontier_scheduler(self.crawler)
-            if scheduler is not None and LEASE in request.meta:
-                scheduler.note_fetch(request, *fetched)
+            frontier = frontier_service(self.crawler)
+            if frontier is not None and LEASE in request.meta:
+                frontier.note_fetch(request, *fetched)
         else:
             fetched = None
         if isinstance(verdict, Wait):
@@ -162,16 +163,16 @@ class SharedRobotsMiddleware:
         return again
 
     def _wait(self, request: Request, wait: Wait) -> Request:
-        scheduler = frontier_scheduler(self.crawler)
+        frontier = frontier_service(self.crawler)
         if wait.dead:
             self.stats.inc_value("crawler/robots/unreachable_dead")
-            if scheduler is not None:
+            if frontier is not None:
                 request.meta[DEAD] = True
-                scheduler.reports.dead_letter(request, "robots_unreachable")
+                frontier.dead_letter(request, "robots_unreachable")
             raise IgnoreRequest("robots.txt unreachable for longer than CRAWLER_ROBOTS_UNREACHABLE_MAX")
-        if wait.park and scheduler is not None:
-            scheduler.reports.push_domain(request.url, wait.seconds)
-            scheduler.reports.count("robots_postponed")
+        if wait.park and frontier is not None:
+            frontier.push_domain(request.url, wait.seconds)
+            frontier.count("robots_postponed")
             self.stats.inc_value("crawler/robots/postponed")
         return self._hand_back(request, wait.seconds)
 
@@ -211,13 +212,13 @@ class SharedRobotsMiddleware:
             elif future.exception() is not None:
                 future.exception()  # retrieved: no "never retrieved" warning
 
-    def _scheduler(self) -> FrontierScheduler:
-        scheduler = frontier_scheduler(self.crawler)
-        assert scheduler is not None and scheduler.frontier is not None
-        return scheduler
+    def _frontier(self) -> FrontierService:
+        frontier = frontier_service(self.crawler)
+        assert frontier is not None
+        return frontier
 
     async def _shared(self, origin: str) -> Rules | Wait:
-        store = self._scheduler().frontier.robots  # type: ignore[union-attr]
+        store = self._frontier().robots
         deadline = time.monotonic() + _FETCH_LOCK_MS / 1000
         token = uuid.uuid4().hex
         while True:
@@ -352,8 +353,8 @@ class SharedRobotsMiddleware:
         """A hop to another domain took that domain's turn too."""
         hop_domain = domain_of(url)
         if hop_domain != domain_of(origin + "/"):
-            scheduler = self._scheduler()
-            scheduler.reports.push_domain(url, scheduler.config.politeness.delay)
+            frontier = self._frontier()
+            frontier.push_domain(url, frontier.domain_delay)
 
     async def _remember(self, origin: str, record: dict[str, Any], ttl: float) -> Rules:
         body = record.get("body", "")
@@ -393,11 +394,11 @@ class SharedRobotsMiddleware:
         if delay is None:
             return
         capped = min(delay, self.max_delay)
-        scheduler = self._scheduler()
+        frontier = self._frontier()
         domain = domain_of(origin + "/")
-        scheduler.frontier.set_robots_delay(domain, capped)  # type: ignore[union-attr]
+        frontier.set_robots_delay(domain, capped)
         # the request that asked for robots.txt is about to go: the next one waits
-        scheduler.reports.push_domain(origin + "/", capped)
+        frontier.push_domain(origin + "/", capped)
         self.stats.inc_value("crawler/robots/crawl_delays")
         logger.info("robots.txt of %s asks a Crawl-delay of %gs (applied: %gs)", origin, delay, capped)
 

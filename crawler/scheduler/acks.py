@@ -22,9 +22,10 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 
 from crawler.meta import LEASE
-from crawler.scheduler.access import frontier_scheduler, uses_frontier
+from crawler.scheduler.access import uses_frontier
 from crawler.scheduler.leases import end_of
 from crawler.scheduler.marks import DEAD, SKIPPED, STORED
+from crawler.scheduler.service import frontier_service
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -38,9 +39,9 @@ class _Acker:
         self.crawler = crawler
 
     def ack(self, request: Request, end: str) -> None:
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None:
-            scheduler.ack(request, end_of(request, end))
+        frontier = frontier_service(self.crawler)
+        if frontier is not None:
+            frontier.ack(request, end_of(request, end))
 
 
 class FrontierAckSpiderMiddleware(_Acker):

@@ -45,7 +45,7 @@ from crawler.scheduler.leases import Leases
 from crawler.scheduler.marks import LOST, STORED, Marks
 from crawler.scheduler.offers import Offers
 from crawler.scheduler.outage import REDIS_ERRORS, RedisGuard
-from crawler.scheduler.reports import Reports
+from crawler.scheduler.service import FrontierService
 from crawler.scheduler.writes import WriteBuffer
 from crawler.settings_registry import setting
 
@@ -72,7 +72,7 @@ class FrontierScheduler:
         self.intake: Intake
         self.inbox: Inbox
         self.offers: Offers
-        self.reports: Reports
+        self.service: FrontierService
         self._flusher: task.LoopingCall | None = None
 
     @classmethod
@@ -109,7 +109,9 @@ class FrontierScheduler:
                              canonicalize=Canonicalizer(config.tracking),
                              dedup_start_requests=setting(self.crawler.settings, "CRAWLER_DEDUP_START_REQUESTS"))
         dead_letters = DeadLetters(self.server, keys, setting(self.crawler.settings, "CRAWLER_DLQ_MAX"))
-        self.reports = Reports(self.frontier, dead_letters, self.guard, self.stats, spider.name)
+        self.service = FrontierService(self, self.frontier, dead_letters, self.guard, self.stats, spider.name)
+        self.reports = self.service  # until every component asks crawler.frontier
+        self.crawler.frontier = self.service  # type: ignore[attr-defined]  # what components ask (service.py)
         self._say_opened(keys)
         self._flusher = task.LoopingCall(self._tick)
         self._flusher.start(config.flush_interval, now=False)
@@ -160,7 +162,7 @@ class FrontierScheduler:
             return
         if given_back:
             logger.info("Handed %d unfinished requests back to the frontier", given_back)
-        self.reports.ledger()
+        self.service.ledger()
         self.intake.buffer.clear()
         self.leases.clear()
         if not self.config.persist:

@@ -21,7 +21,8 @@ class RedisStartSpider(RedisSpider):
 
 
 class BulkSpider(RedisStartSpider):
-    """Hands its links to the frontier as plain URLs, in one call per page."""
+    """Hands its links to the frontier as plain URLs, in one call per page,
+    through the frontier service; reports page 3 of each site as a dead letter."""
 
     name = "bulk"
 
@@ -29,7 +30,10 @@ class BulkSpider(RedisStartSpider):
         links = [response.urljoin(a.attributes["href"])
                  for a in LexborHTMLParser(response.body).css("a[href]") if a.attributes.get("href")]
         depth = response.meta.get("depth", 0) + 1
-        self.crawler.engine.scheduler.add_urls(links, depth=depth)
+        frontier = self.crawler.frontier
+        frontier.offer(links, depth=depth)
+        if response.url.endswith("/p/3.html"):
+            frontier.dead_letter(response.request, "spider_says_so")
         yield {"url": response.url, "depth": response.meta.get("depth", 0)}
         return
 

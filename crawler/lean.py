@@ -6,9 +6,8 @@ Scrapy pays on every page whatever the crawl (py-spy, bench_openweb.py):
 
 - ``MemoryStats``: Scrapy 2.13+ wraps every attribute read of its stats
   collector in a ``__getattribute__`` that looks for a deprecated
-  ``spider`` argument; with a dozen stats per page that was 2% of the
-  crawl's CPU. The methods are Scrapy's own and still take ``spider``
-  (without the warning).
+  ``spider`` argument, a dozen times per page (bench/README.md). The
+  methods are Scrapy's own and still take ``spider`` (without the warning).
 - ``LogFormatter``: Scrapy builds a ``Crawled (200)`` and a ``Scraped from``
   DEBUG record for every page and lets the log handler drop them when
   ``LOG_LEVEL`` is higher; here they are not built then.

@@ -3,7 +3,7 @@
 pyOpenSSL has no public call for these: keeping a session object and
 offering it again, checking the name or IP address OpenSSL verifies against,
 setting the key-agreement groups, and reading without an exception for "no
-more data yet" (which ends nearly every read, at 2% of a crawl's CPU).
+more data yet" (which ends nearly every read).
 They reach OpenSSL through ``OpenSSL.SSL._lib``/``_ffi`` (cryptography's
 bindings) and a few private attributes of pyOpenSSL's objects, which either
 project may rename in any release. Known to work with the ``KNOWN`` ranges,

@@ -3,8 +3,9 @@
 pyOpenSSL (OpenSSL as shipped with ``cryptography``), driven through memory
 buffers by :class:`TLSProtocol`, an asyncio protocol that carries the HTTP
 connection inside it. The standard library's ``ssl`` was tried and dropped:
-linked to OpenSSL 3.0 on current Pythons, its client handshake cost twice
-the CPU, and reading or setting a session object re-encodes it (0.4 ms).
+linked to OpenSSL 3.0 on current Pythons, its client handshake costs more
+CPU, and reading or setting a session object re-encodes it (measurements in
+bench/README.md).
 
 - One context, made once from Scrapy's TLS settings.
 - Each host's newest session (the most recent ``CRAWLER_TLS_SESSIONS``
@@ -12,8 +13,8 @@ the CPU, and reading or setting a session object re-encodes it (0.4 ms).
   resumption skips the certificate exchange and its signature. OpenSSL
   uses a TLS 1.3 ticket once, as RFC 8446 asks of clients, so the session
   kept is the one the last connection ended with (a resumed connection
-  gets a fresh ticket). The session object itself is kept, as curl does:
-  decoding it from bytes for each connection cost 2% of a crawl's CPU.
+  gets a fresh ticket). The session object itself is kept, as curl does,
+  rather than decoded from bytes for each connection.
   OpenSSL marks a session unresumable when its connection is freed without
   a close_notify sent, so every connection that finished its handshake
   sends one as it ends, aborted or not: for a crawler, a cut connection

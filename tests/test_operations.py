@@ -1,19 +1,18 @@
-"""The addon in a fresh `scrapy startproject` project, `scrapy frontier`, and
-the Prometheus endpoint, with real Redis, real HTTP and real processes."""
+"""The addon in a fresh `scrapy startproject` project and `scrapy frontier`,
+with real Redis, real HTTP and real processes (the Prometheus endpoint:
+test_metrics.py)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import redis
 
-from tests.servers import ROOT, RedisServer, free_port, run_scrapy, scrapy_env
+from tests.servers import ROOT, RedisServer, run_scrapy, scrapy_env
 
 QUIET = dict(links=6, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2, crawl_delay_share=0)
 
@@ -103,38 +102,6 @@ def test_frontier_command(redis_url: str, make_web) -> None:
                          (["demo", "--watch", "-1"], "--watch must be > 0")):
         result = frontier(*bad)
         assert result.returncode != 0 and message in result.stderr and "Traceback" not in result.stderr
-
-
-def test_prometheus_metrics_during_a_crawl(redis_url: str, make_web) -> None:
-    web = make_web(domains=2, pages=30, **QUIET)
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "scrapy", "crawl", "demo", "-a", f"start_urls={web.url(0)},{web.url(1)}",
-         "-s", "CRAWLER_METRICS_ENABLED=True", "-s", f"CRAWLER_METRICS_PORT={port}",
-         "-s", "CRAWLER_DOMAIN_DELAY=0.2"],
-        cwd=ROOT, env=scrapy_env(redis_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    body = ""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-                body = resp.read().decode()
-            if 'crawler_pages_fetched_total{shard="0",spider="demo"} ' in body and \
-                    'crawler_pages_fetched_total{shard="0",spider="demo"} 0.0' not in body:
-                break
-        except OSError:
-            pass
-        time.sleep(0.2)
-    proc.communicate(timeout=120)
-    assert proc.returncode == 0
-    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in body.splitlines()
-              if line and not line.startswith("#")}
-    assert values['crawler_pages_fetched_total{shard="0",spider="demo"}'] > 0
-    assert 'crawler_frontier_queued{shard="0",spider="demo"}' in values
-    # the loop-lag probe's worst stall, in seconds: under a second on a page of 30 links
-    assert 0 <= values['crawler_loop_lag_max_seconds{shard="0",spider="demo"}'] < 1
-    assert all(name.split("{")[0].endswith("_total") for name in values if "_total" in name)
-    assert not any("domain=" in name for name in values)  # no per-domain label
 
 
 def test_errors_in_an_addon_project_are_one_line(tmp_path: Path) -> None:

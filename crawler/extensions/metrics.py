@@ -4,25 +4,64 @@ Off by default: ``CRAWLER_METRICS_ENABLED = True``; ``CRAWLER_METRICS_PORT``
 (9410; 0 picks a free port, logged) on ``CRAWLER_METRICS_ADDRESS``
 (127.0.0.1). Values are read from the crawl's stats and its frontier when
 scraped. Labels: spider and shard only; a per-domain label would explode.
+
+What a ``sum()`` over processes means:
+
+- counters and the fetch histogram are this process's own: sums are the
+  crawl's totals;
+- the frontier's gauges (``crawler_frontier_*``) describe the shared Redis
+  frontier, so exactly one process of each frontier exports them: the
+  holder of a short lease in Redis (:class:`FrontierExporter`), which a
+  thread renews; when the holder stops (or dies, after the lease's
+  ``EXPORTER_TTL_MS``) another process with metrics takes over. Every
+  process exports ``crawler_frontier_exporter`` (1 in the holder, 0 in the
+  others), so sums are right per spider and shard;
+- ``crawler_fetch_duration_seconds``: from the download handler's start
+  (connection, TLS, request) to the last byte of the body, per response; a
+  response whose handler sent no ``headers_received`` signal after setting
+  ``download_latency`` (the time to the headers) is not observed.
+
+A port already in use (a second process on one machine) is one error line:
+that process crawls on without metrics (and never exports the frontier's
+gauges); the exit status is not changed.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+import time
+import uuid
+import weakref
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+import redis
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Histogram,
+    start_http_server,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from redis.exceptions import RedisClusterException
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
-from crawler.scheduler.access import frontier_scheduler
+from crawler.scheduler.service import frontier_service
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
-    from scrapy import Spider
+    from scrapy import Request, Spider
     from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+    from crawler.scheduler.frontier import Frontier
+    from crawler.scheduler.keys import Keys
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +84,125 @@ COUNTERS: dict[str, tuple[str, Any]] = {
     "crawler_download_errors": ("Download exceptions", "downloader/exception_count"),
 }
 
+#: the frontier's gauges: status() key -> help
+FRONTIER_GAUGES: dict[str, str] = {
+    "queued": "Requests queued in the frontier (exported by one process per frontier)",
+    "domains_queued": "Domains with queued requests (exported by one process per frontier)",
+    "domains_due": "Domains due now (exported by one process per frontier)",
+    "leases": "Requests leased by any worker (exported by one process per frontier)",
+    "delayed": "Requests waiting in the delayed set (exported by one process per frontier)",
+}
+
+#: fetch duration buckets, seconds: a fast local page to a slow one near DOWNLOAD_TIMEOUT
+FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0, float("inf"))
+
+#: the exporter lease: its time to live, how often its holder renews it (and
+#: the others try to take it), and how long before its end the holder stops
+#: trusting it (a renewal that might reach Redis after the end is not sent)
+EXPORTER_TTL_MS = 15_000
+EXPORTER_RENEW_S = 5.0
+EXPORTER_MARGIN_S = 2.0
+
+_REDIS_ERRORS = (redis.RedisError, RedisClusterException, OSError)
+
+
+def exporter_key(keys: Keys) -> str:
+    """The exporter lease of a frontier: in its hash slot, not under its base."""
+    return f"{keys.prefix}:metrics:{{{keys.spider}:{keys.shard}}}"
+
+
+class FrontierExporter:
+    """Which one process exports a frontier's gauges: the holder of the
+    string ``<prefix>:metrics:{<spider>:<shard>}`` (its token, ``PX`` ttl;
+    outside the frontier's keys, so clearing the frontier leaves it alone).
+
+    :meth:`hold` takes the lease (``SET NX PX``) or renews it (``GET`` and
+    ``PEXPIRE`` in one ``MULTI``, sent only while the local deadline, taken
+    before the previous write was sent and so never later than Redis's
+    expiry, is more than ``margin`` away). :attr:`held` is true until that
+    local deadline, so a holder cut off from Redis stops exporting before
+    another process can take the lease over.
+    """
+
+    def __init__(self, client: Any, key: str, *, ttl_ms: int = EXPORTER_TTL_MS,
+                 margin: float = EXPORTER_MARGIN_S, token: str | None = None) -> None:
+        self.client = client
+        self.key = key
+        self.ttl_ms = ttl_ms
+        self.margin = margin
+        self.token = (token or f"{os.getpid()}:{uuid.uuid4().hex}").encode()
+        self.until = 0.0  # monotonic deadline of the lease as this process knows it
+
+    @property
+    def held(self) -> bool:
+        return time.monotonic() < self.until
+
+    def hold(self) -> bool:
+        """Take or renew the lease; whether this process holds it now."""
+        sent = time.monotonic()
+        if sent < self.until - self.margin:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.get(self.key)
+            pipe.pexpire(self.key, self.ttl_ms)
+            owner, _ = pipe.execute()
+            # not ours (the key was deleted, by a flush say, and another process
+            # took it): that PEXPIRE only lengthened the other holder's lease
+            self.until = sent + self.ttl_ms / 1000 if owner == self.token else 0.0
+        elif self.client.set(self.key, self.token, nx=True, px=self.ttl_ms):
+            self.until = sent + self.ttl_ms / 1000
+        else:
+            self.until = 0.0  # another's, or ours about to lapse: taken again once it has
+        return self.held
+
+    def release(self) -> None:
+        """Give the lease up at once (only while surely still ours), so another
+        process takes over at its next try rather than after the ttl."""
+        ours = time.monotonic() < self.until - self.margin
+        self.until = 0.0
+        if ours:
+            self.client.delete(self.key)
+
+
+class _Election(threading.Thread):
+    """Runs :meth:`FrontierExporter.hold` every ``interval`` seconds until stopped."""
+
+    def __init__(self, exporter: FrontierExporter, interval: float) -> None:
+        super().__init__(name="metrics-exporter-lease", daemon=True)
+        self.exporter = exporter
+        self.interval = interval
+        self.stopped = threading.Event()
+        self.failing = False
+
+    def run(self) -> None:
+        while True:
+            try:
+                held = self.exporter.held
+                if self.exporter.hold() != held:
+                    logger.debug("Metrics: %s the frontier's gauges",
+                                 "no longer exporting" if held else "exporting")
+                self.failing = False
+            except _REDIS_ERRORS as e:  # Redis away: the lease lapses on its own; the guard says the rest
+                if not self.failing:
+                    logger.debug("Metrics: cannot renew the exporter lease: %s", e)
+                self.failing = True
+            if self.stopped.wait(self.interval):
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=10)
+        try:
+            self.exporter.release()
+        except _REDIS_ERRORS:
+            pass
+
 
 class _Collector:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
         self.labels = ["", "0"]
+        self.exporter: FrontierExporter | None = None
+        self.frontier: Frontier | None = None
 
     def collect(self) -> Iterator[Any]:
         stats = self.crawler.stats.get_stats() if self.crawler.stats else {}
@@ -62,26 +215,27 @@ class _Collector:
         uptime = GaugeMetricFamily("crawler_uptime_seconds", "Seconds since the crawl started", labels=names)
         start = stats.get("start_time")
         if start is not None:
-            from datetime import datetime, timezone
-
-            uptime.add_metric(self.labels, (datetime.now(timezone.utc) - start).total_seconds())
+            uptime.add_metric(self.labels, (datetime.now(UTC) - start).total_seconds())
         yield uptime
         lag = GaugeMetricFamily("crawler_loop_lag_max_seconds",
                                 "Longest the event loop was late running a timer, this crawl", labels=names)
         lag.add_metric(self.labels, float(stats.get("crawler/loop/lag_max_ms", 0)) / 1000)
         yield lag
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is None or scheduler.frontier is None:
+        if self.exporter is None or self.frontier is None:
+            return
+        held = self.exporter.held
+        exporter = GaugeMetricFamily("crawler_frontier_exporter",
+                                     "1 in the one process that exports this frontier's gauges, 0 in the others",
+                                     labels=names)
+        exporter.add_metric(self.labels, 1.0 if held else 0.0)
+        yield exporter
+        if not held:
             return
         try:
-            status = scheduler.frontier.status()
-        except Exception:  # Redis away: the counters above still answer
+            status = self.frontier.status()
+        except _REDIS_ERRORS:  # Redis away: the counters above still answer
             return
-        for key, text in (("queued", "Requests queued in the frontier"),
-                          ("domains_queued", "Domains with queued requests"),
-                          ("domains_due", "Domains due now"),
-                          ("leases", "Requests leased by any worker"),
-                          ("delayed", "Requests waiting in the delayed set")):
+        for key, text in FRONTIER_GAUGES.items():
             gauge = GaugeMetricFamily(f"crawler_frontier_{key}", text, labels=names)
             gauge.add_metric(self.labels, float(status[key]))
             yield gauge
@@ -92,26 +246,77 @@ class MetricsExtension:
         settings = crawler.settings
         if not setting(settings, "CRAWLER_METRICS_ENABLED"):
             raise NotConfigured
+        self.crawler = crawler
         self.port = setting(settings, "CRAWLER_METRICS_PORT")
         self.address = setting(settings, "CRAWLER_METRICS_ADDRESS")
         self.collector = _Collector(crawler)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)  # type: ignore[arg-type]
+        # process_* (CPU, memory, open files), python_info and python_gc_*: the
+        # default registry's collectors, in this process's own registry
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            self.registry.register(collector)
+        self.fetch_seconds = Histogram(
+            "crawler_fetch_duration_seconds",
+            "Seconds from the download handler's start (connection, TLS, request) to the last byte, per response",
+            ["spider", "shard"], registry=self.registry, buckets=FETCH_BUCKETS)
+        self.fetch_child: Any = None
+        # request -> monotonic time its download started; a request that fails
+        # after its headers (no response) leaves with its last reference
+        self.started: weakref.WeakKeyDictionary[Request, float] = weakref.WeakKeyDictionary()
         self.server: Any = None
+        self.election: _Election | None = None
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
+        crawler.signals.connect(self.headers_received, signal=signals.headers_received)
+        crawler.signals.connect(self.response_downloaded, signal=signals.response_downloaded)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> MetricsExtension:
         return cls(crawler)
 
+    # --- fetch duration ----------------------------------------------------
+
+    def headers_received(self, request: Request, **_: Any) -> None:
+        # the handler has just set download_latency: the start is now minus it
+        latency = request.meta.get("download_latency")
+        if latency is not None:
+            self.started[request] = time.monotonic() - latency
+
+    def response_downloaded(self, request: Request, response: Response, **_: Any) -> None:
+        start = self.started.pop(request, None)
+        if start is not None and self.fetch_child is not None:
+            self.fetch_child.observe(time.monotonic() - start)
+
+    # --- lifecycle -----------------------------------------------------------
+
     def spider_opened(self, spider: Spider) -> None:
-        self.collector.labels = [spider.name, str(getattr(spider, "shard", 0))]
-        self.server, _ = start_http_server(self.port, addr=self.address, registry=self.registry)
+        labels = [spider.name, str(getattr(spider, "shard", 0))]
+        self.collector.labels = labels
+        self.fetch_child = self.fetch_seconds.labels(*labels)
+        try:
+            self.server, _ = start_http_server(self.port, addr=self.address, registry=self.registry)
+        except OSError as e:
+            logger.error("Metrics: cannot serve on %s:%d (%s): this crawl goes on without metrics; give each "
+                         "process of a machine its own CRAWLER_METRICS_PORT, or 0 for any free port (logged)",
+                         self.address, self.port, e.strerror or e)
+            return
         port = self.server.server_address[1]
         logger.info("Prometheus metrics on http://%s:%d/metrics", self.address, port)
+        service = frontier_service(self.crawler)
+        if service is not None:
+            frontier = service.frontier
+            self.collector.frontier = frontier
+            self.collector.exporter = FrontierExporter(frontier.client, exporter_key(frontier.keys))
+            self.election = _Election(self.collector.exporter, EXPORTER_RENEW_S)
+            self.election.start()
 
     def spider_closed(self) -> None:
         if self.server is not None:
             self.server.shutdown()
+            self.server.server_close()
             self.server = None
+        if self.election is not None:
+            self.election.stop()
+            self.election = None
+        self.started.clear()

@@ -10,6 +10,7 @@ setting, a component's order, ``None`` to disable one) still wins.
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.redirect import RedirectMiddleware
@@ -19,7 +20,7 @@ from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
 from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.python import global_object_name
 
-from crawler.connection import configured_url
+from crawler.connection import configured_url, mask_url, scrapy_redis_parts
 from crawler.extensions.looplag import LoopLagProbe
 from crawler.extensions.metrics import MetricsExtension
 from crawler.extensions.progress import Progress
@@ -36,11 +37,13 @@ from crawler.middlewares.robots import SharedRobotsMiddleware
 from crawler.middlewares.sizecap import SizeCapMiddleware
 from crawler.middlewares.useragent import ContactUserAgentMiddleware
 from crawler.scheduler.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
+from crawler.scheduler.config import adopt_scrapy_delays
 from crawler.scheduler.fingerprint import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
-from crawler.settings_registry import setting, validate
+from crawler.settings_registry import validate
 
 if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
@@ -69,24 +72,43 @@ EXTENSIONS = {Progress: 500, StatsFile: 510, WarcExtension: 520, MetricsExtensio
 
 
 class Addon:
+    def __init__(self, crawler: Crawler | None = None) -> None:
+        #: the spider class, known before the spider is built: a RedisSpider is a scrapy-redis part
+        self.spidercls = getattr(crawler, "spidercls", None)
+
     @classmethod
-    def update_pre_crawler_settings(cls, settings: BaseSettings) -> None:
-        """One Redis for everything: scrapy-redis's spiders and pipeline read
-        ``REDIS_URL`` from the settings, as the frontier does (made from
-        ``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB`` when only those are set).
-        Settled before the spider is built, since a ``RedisSpider`` connects
-        in its ``from_crawler``."""
+    def from_crawler(cls, crawler: Crawler) -> Addon:
+        return cls(crawler)
+
+    def settle_redis(self, settings: BaseSettings) -> None:
+        """One Redis for everything, written into ``REDIS_URL``, which
+        scrapy-redis's spiders and pipeline read as the frontier does: the
+        one the settings or the environment name, else in a project with
+        scrapy-redis parts the one scrapy-redis would use
+        (``localhost:6379``), else the embedded Redis (started when first
+        used). Settled before the spider is built (a ``RedisSpider``
+        connects in its ``from_crawler``) and before scrapy-redis's lines
+        are replaced (they are among the parts)."""
         if settings.get("REDIS_URL"):
             return
-        url = configured_url(settings)  # RedisUnavailable: the command layer says it in one line
-        if not url and setting(settings, "CRAWLER_EMBEDDED_REDIS"):
+        url = configured_url(settings, self.spidercls)  # RedisUnavailable: the command layer says it in one line
+        params = settings.getdict("REDIS_PARAMS")
+        named = (os.environ.get("REDIS_URL") or settings.get("REDIS_HOST") or settings.get("REDIS_PORT")
+                 or params.get("host") or params.get("port"))
+        if url and not named:  # scrapy-redis's default: say why, and how to have the embedded one
+            why = ", ".join(scrapy_redis_parts(settings, self.spidercls)) or "CRAWLER_EMBEDDED_REDIS is false"
+            logger.info("Addon: Redis %s, the one scrapy-redis uses (%s; CRAWLER_EMBEDDED_REDIS=True "
+                        "for the embedded one)", mask_url(url), why)
+        elif not url:
             from crawler.embedded import EmbeddedRedis
 
             url = EmbeddedRedis.from_settings(settings).url  # started when first needed
-        if url:
-            settings.set("REDIS_URL", url, "addon")
+        settings.set("REDIS_URL", url, "addon")
 
     def update_settings(self, settings: BaseSettings) -> None:
+        self.settle_redis(settings)
+        for line in adopt_scrapy_delays(settings, self.spidercls):
+            logger.info("Addon: %s", line)
         for name, (theirs, ours) in SCRAPY_REDIS.items():
             # a project moving from scrapy-redis keeps its lines: they are taken over
             if _name(settings.get(name)) == theirs:
@@ -97,7 +119,6 @@ class Addon:
         settings.set("DUPEFILTER_CLASS", BaseDupeFilter, "addon")  # dedup happens in Redis
         settings.set("STATS_CLASS", MemoryStats, "addon")
         settings.set("LOG_FORMATTER", LogFormatter, "addon")
-        self.update_pre_crawler_settings(settings)
         for cls in REPLACED:
             settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, None)
         if RedirectMiddleware not in _classes(settings.getdict("DOWNLOADER_MIDDLEWARES")):

@@ -3,9 +3,11 @@
 ``REDIS_URL`` (setting, else environment variable) accepts ``redis://``,
 ``rediss://`` (TLS) and ``unix://`` URLs as redis-py does. Without it,
 scrapy-redis's ``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB`` settings name the
-server, as in scrapy-redis. When none is set, the embedded Redis of this
-project is started (or reused) and used instead, unless
-``CRAWLER_EMBEDDED_REDIS`` is false.
+server, as in scrapy-redis. When none is set, a project with scrapy-redis
+parts (:func:`scrapy_redis_parts`) uses the Redis scrapy-redis would use,
+``localhost:6379`` db 0 (``REDIS_PARAMS``' host, port and db count, as
+there), unless ``CRAWLER_EMBEDDED_REDIS`` is true; any other project starts
+(or reuses) the embedded Redis, unless ``CRAWLER_EMBEDDED_REDIS`` is false.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from scrapy.settings import BaseSettings
 
 from crawler.settings_registry import setting
 
-__all__ = ["RedisUnavailable", "configured_url", "get_redis", "mask_url", "persistence_warning", "redis_url"]
+__all__ = ["RedisUnavailable", "configured_url", "get_redis", "mask_url", "persistence_warning", "redis_url",
+           "scrapy_redis_parts"]
 
 
 class RedisUnavailable(RuntimeError):
@@ -46,27 +49,92 @@ def mask_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def configured_url(settings: BaseSettings) -> str:
-    """The Redis the settings or the environment name ("" if none): ``REDIS_URL``,
-    else scrapy-redis's ``REDIS_HOST``/``REDIS_PORT``/``REDIS_DB``."""
+def scrapy_redis_parts(settings: BaseSettings, spidercls: type | None = None) -> list[str]:
+    """What of scrapy-redis the project uses, one short name each ([] for
+    nothing): ``REDIS_HOST``/``REDIS_PORT``, scrapy-redis's scheduler or
+    dupefilter lines, its pipeline (or a subclass) in ``ITEM_PIPELINES``,
+    its spiders (``RedisSpider``, ``RedisCrawlSpider`` or any subclass of
+    ``RedisMixin``): ``spidercls`` when given, and every spider of the
+    project's ``SPIDER_MODULES``, so that ``scrapy crawl``, ``scrapy
+    frontier`` and the spiders all settle on the same Redis."""
+    parts = [name for name in ("REDIS_HOST", "REDIS_PORT") if settings.get(name)]
+    for name in ("SCHEDULER", "DUPEFILTER_CLASS"):
+        if _from_scrapy_redis(settings.get(name)):
+            parts.append(f"{name} {_dotted(settings.get(name))}")
+    for component in settings.getdict("ITEM_PIPELINES"):
+        if _from_scrapy_redis(component):
+            parts.append(f"pipeline {_dotted(component)}")
+    spiders = [spidercls] if spidercls is not None else []
+    spiders += [s for s in _project_spiders(settings) if s is not spidercls]
+    parts += [f"spider {s.__name__}" for s in spiders if _from_scrapy_redis(s)]
+    return parts
+
+
+def _dotted(value: object) -> str:
+    return f"{value.__module__}.{value.__qualname__}" if isinstance(value, type) else str(value)
+
+
+def _from_scrapy_redis(value: object) -> bool:
+    """A class (or dotted path) of scrapy-redis, or a subclass of one."""
+    if isinstance(value, str):
+        if value.startswith("scrapy_redis."):
+            return True
+        from scrapy.utils.misc import load_object
+
+        try:
+            value = load_object(value)
+        except (ImportError, AttributeError, NameError, ValueError):
+            return False
+    return isinstance(value, type) and any(c.__module__.startswith("scrapy_redis.") for c in value.__mro__)
+
+
+def _project_spiders(settings: BaseSettings) -> list[type]:
+    if not settings.getlist("SPIDER_MODULES"):
+        return []
+    from scrapy.spiderloader import get_spider_loader
+
+    try:  # the spider loader imports the spider modules, as any scrapy command does
+        loader = get_spider_loader(settings)
+        return [loader.load(name) for name in loader.list()]
+    except Exception:  # noqa: BLE001 -- a broken spider module is Scrapy's to report, when it loads it
+        return []
+
+
+def configured_url(settings: BaseSettings, spidercls: type | None = None) -> str:
+    """The Redis the settings or the environment name ("" for the embedded
+    Redis): ``REDIS_URL``, else scrapy-redis's ``REDIS_HOST``/``REDIS_PORT``/
+    ``REDIS_DB``, else, in a project with scrapy-redis parts (or with
+    ``CRAWLER_EMBEDDED_REDIS`` false), scrapy-redis's default,
+    ``redis://localhost:6379/0``; ``CRAWLER_EMBEDDED_REDIS`` true asks for
+    the embedded Redis instead of that default."""
     url = str(settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or "")
-    if url or not (settings.get("REDIS_HOST") or settings.get("REDIS_PORT")):
+    if url:
         return url
-    host = str(settings.get("REDIS_HOST") or "localhost")
+    params = settings.getdict("REDIS_PARAMS")
+    if not (settings.get("REDIS_HOST") or settings.get("REDIS_PORT") or params.get("host") or params.get("port")):
+        embedded = setting(settings, "CRAWLER_EMBEDDED_REDIS")  # None: as the project's parts say
+        if embedded or (embedded is None and not scrapy_redis_parts(settings, spidercls)):
+            return ""
+        if embedded is False and not scrapy_redis_parts(settings, spidercls):
+            raise RedisUnavailable("REDIS_URL is not set and CRAWLER_EMBEDDED_REDIS is off: "
+                                   "set REDIS_URL=redis://host:port/db (or REDIS_HOST and REDIS_PORT)")
+    # as scrapy-redis: REDIS_HOST/PORT/DB, else REDIS_PARAMS', else redis-py's defaults
+    host = str(settings.get("REDIS_HOST") or params.get("host") or "localhost")
+    raw_port = settings.get("REDIS_PORT") or params.get("port") or 6379
+    raw_db = settings.get("REDIS_DB") or params.get("db") or 0
     try:
-        port, db = int(settings.get("REDIS_PORT") or 6379), int(settings.get("REDIS_DB") or 0)
+        port, db = int(raw_port), int(raw_db)
     except (TypeError, ValueError):
         raise RedisUnavailable(f"REDIS_PORT and REDIS_DB must be integers, got "
-                               f"{settings.get('REDIS_PORT')!r} and {settings.get('REDIS_DB')!r}") from None
+                               f"{raw_port!r} and {raw_db!r}") from None
     return f"redis://{f'[{host}]' if ':' in host else host}:{port}/{db}"
 
 
-def redis_url(settings: BaseSettings) -> str:
-    """The URL to connect to, starting the embedded Redis if needed."""
-    url = configured_url(settings)
-    embedded_on = setting(settings, "CRAWLER_EMBEDDED_REDIS")
+def redis_url(settings: BaseSettings, spidercls: type | None = None) -> str:
+    """The URL to connect to, starting the embedded Redis if it is that one."""
+    url = configured_url(settings, spidercls)
     if url:
-        if embedded_on and url.startswith("unix://"):
+        if url.startswith("unix://") and setting(settings, "CRAWLER_EMBEDDED_REDIS") is not False:
             # the addon may have written the embedded Redis's address: start it if it is that
             from crawler.embedded import EmbeddedRedis
 
@@ -74,11 +142,6 @@ def redis_url(settings: BaseSettings) -> str:
             if url == embedded.url:
                 return embedded.ensure_running()
         return url
-    if not embedded_on:
-        raise RedisUnavailable(
-            "REDIS_URL is not set and CRAWLER_EMBEDDED_REDIS is off: "
-            "set REDIS_URL=redis://host:port/db"
-        )
     from crawler.embedded import EmbeddedRedis
 
     return EmbeddedRedis.from_settings(settings).ensure_running()

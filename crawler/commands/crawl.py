@@ -47,9 +47,8 @@ class Command(ScrapyCrawl):
         assert self.settings is not None
         try:
             validate(self.settings)
-            if args:
-                check_spider(self.settings, args[0], opts.spargs)
-            url = redis_url(self.settings)
+            spidercls = check_spider(self.settings, args[0], opts.spargs) if args else None
+            url = redis_url(self.settings, spidercls)  # the spider may be scrapy-redis's kind
             self.settings.set("REDIS_URL", url, priority="cmdline")
             get_redis(self.settings).close()
         except (SettingsError, RedisUnavailable, FileNotFoundError, RuntimeError) as exc:
@@ -80,15 +79,16 @@ class Command(ScrapyCrawl):
 
 
 
-def check_spider(settings: BaseSettings, name: str, spargs: dict[str, str]) -> None:
-    """``SettingsError`` when the spider ``name`` cannot run with ``spargs``:
-    its module's ``check_arguments(**spargs)`` refuses them, or it crawls the
-    open web (``requires_contact``) and CRAWLER_CONTACT is unset. Also what
-    ``scrapy cluster schedule`` checks before submitting a job."""
+def check_spider(settings: BaseSettings, name: str, spargs: dict[str, str]) -> type | None:
+    """The class of the spider ``name`` (None if unknown: Scrapy says so);
+    ``SettingsError`` when it cannot run with ``spargs``: its module's
+    ``check_arguments(**spargs)`` refuses them, or it crawls the open web
+    (``requires_contact``) and CRAWLER_CONTACT is unset. Also what ``scrapy
+    cluster schedule`` checks before submitting a job."""
     try:
         spidercls = get_spider_loader(settings).load(name)
     except KeyError:
-        return  # Scrapy reports unknown spiders itself
+        return None  # Scrapy reports unknown spiders itself
     check = getattr(importlib.import_module(spidercls.__module__), "check_arguments", None)
     if check is not None:
         try:
@@ -100,6 +100,7 @@ def check_spider(settings: BaseSettings, name: str, spargs: dict[str, str]) -> N
             f"the {name} spider crawls the open web: set CRAWLER_CONTACT to a URL or e-mail address where "
             "site owners can reach you (-s CRAWLER_CONTACT=..., the environment variable, or cluster's --setting)"
         )
+    return spidercls
 
 
 def _on_error(started: object, record: object) -> None:

@@ -8,6 +8,14 @@ or an HTTP date, capped at ``CRAWLER_RETRY_AFTER_MAX``) when that is longer.
 The wait happens in the frontier's delayed set, not in the worker. A 429 or
 503 also pushes the whole domain back by that wait. After
 ``CRAWLER_MAX_ATTEMPTS`` attempts the request goes to the dead-letter queue.
+
+Scrapy's retry settings keep their meaning: ``RETRY_ENABLED = False`` is one
+attempt (a failure goes straight to the dead-letter queue); ``RETRY_TIMES``,
+when the project sets it and ``CRAWLER_MAX_ATTEMPTS`` is unset, is
+``RETRY_TIMES + 1`` attempts; ``RETRY_HTTP_CODES``, when set, replaces "429
+and every 5xx"; ``RETRY_PRIORITY_ADJUST``, when set, is added to a retry's
+priority; the meta keys ``dont_retry`` and ``max_retry_times`` (retries of
+that request) are obeyed. ``RETRY_EXCEPTIONS`` is read as Scrapy does.
 """
 
 from __future__ import annotations
@@ -24,17 +32,40 @@ from scrapy.utils.misc import load_object
 from crawler.fetch.errors import FINAL
 from crawler.fetch.errors import reason as failure_reason
 from crawler.meta import ATTEMPTS, DEAD, DELAY, ROBOTS
-from crawler.scheduler.access import frontier_scheduler, uses_frontier
-from crawler.settings_registry import setting
+from crawler.scheduler.access import uses_frontier
+from crawler.scheduler.service import frontier_service
+from crawler.settings_registry import SettingsError, setting
 
 if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
 PUSH_DOMAIN = (429, 503)
+
+
+def _set_by_project(settings: BaseSettings, name: str) -> bool:
+    """``name`` was set above Scrapy's defaults (project, spider, command line)."""
+    return settings.get(name) is not None and settings.getpriority(name) > 0
+
+
+def retry_http_codes(settings: BaseSettings) -> frozenset[int] | None:
+    """``RETRY_HTTP_CODES`` as integers when the project sets it, else None
+    (429 and every 5xx). Scrapy's form: a list of integers, which the
+    registry's ``list`` form (strings) does not describe."""
+    if not _set_by_project(settings, "RETRY_HTTP_CODES"):
+        return None
+    codes = settings.getlist("RETRY_HTTP_CODES")
+    try:
+        parsed = frozenset(int(c) for c in codes)
+    except (TypeError, ValueError):
+        raise SettingsError(f"RETRY_HTTP_CODES must be a list of HTTP status codes, got {codes!r}") from None
+    if not all(100 <= c <= 599 for c in parsed):
+        raise SettingsError(f"RETRY_HTTP_CODES must be a list of HTTP status codes, got {codes!r}")
+    return parsed
 
 
 def parse_retry_after(value: bytes | None, now: float | None = None) -> float | None:
@@ -66,6 +97,14 @@ class BackoffMiddleware:
         self.jitter = setting(settings, "CRAWLER_BACKOFF_JITTER")
         self.retry_after_max = setting(settings, "CRAWLER_RETRY_AFTER_MAX")
         self.max_attempts = setting(settings, "CRAWLER_MAX_ATTEMPTS")
+        if settings.get("CRAWLER_MAX_ATTEMPTS") is None and _set_by_project(settings, "RETRY_TIMES"):
+            self.max_attempts = setting(settings, "RETRY_TIMES") + 1
+        if not setting(settings, "RETRY_ENABLED"):
+            self.max_attempts = 1  # Scrapy's meaning: no retries; failures still reach the dead-letter queue
+        self.retry_enabled = setting(settings, "RETRY_ENABLED")
+        self.codes = retry_http_codes(settings)
+        self.priority_adjust = (setting(settings, "RETRY_PRIORITY_ADJUST")
+                                if _set_by_project(settings, "RETRY_PRIORITY_ADJUST") else 0)
         self.exceptions = tuple(
             load_object(e) if isinstance(e, str) else e for e in settings.getlist("RETRY_EXCEPTIONS")
         )
@@ -85,7 +124,7 @@ class BackoffMiddleware:
         status = response.status
         if request.meta.get("dont_retry") or request.meta.get(ROBOTS):
             return response
-        if status != 429 and not 500 <= status <= 599:
+        if not self._retryable(status):
             return response
         header = response.headers.get(b"Retry-After")
         retry_after = parse_retry_after(header)
@@ -94,6 +133,11 @@ class BackoffMiddleware:
         retry = self._retry(request, f"http_{status}", status, retry_after,
                             push_domain=status in PUSH_DOMAIN)
         return retry or response
+
+    def _retryable(self, status: int) -> bool:
+        if self.codes is not None:
+            return status in self.codes
+        return status == 429 or 500 <= status <= 599
 
     def process_exception(self, request: Request, exception: Exception) -> Request | None:
         if request.meta.get("dont_retry") or request.meta.get(ROBOTS):
@@ -105,22 +149,25 @@ class BackoffMiddleware:
     def _retry(self, request: Request, reason: str, status: int | None, retry_after: float | None,
                *, push_domain: bool = False, exception: Exception | None = None) -> Request | None:
         attempts = int(request.meta.get(ATTEMPTS, 1))
-        scheduler = frontier_scheduler(self.crawler)
-        if attempts >= self.max_attempts:
+        frontier = frontier_service(self.crawler)
+        limit = self.max_attempts
+        if self.retry_enabled and request.meta.get("max_retry_times") is not None:
+            limit = int(request.meta["max_retry_times"]) + 1  # Scrapy's meta key: retries of this request
+        if attempts >= limit:
             self.stats.inc_value("crawler/backoff/exhausted")
             logger.info("Gave up on %s after %d attempts (%s)", request, attempts, reason)
-            if scheduler is not None:
+            if frontier is not None:
                 why = "retries_exhausted" if exception is None else failure_reason(exception, "retries_exhausted")
-                scheduler.reports.dead_letter(request, why, status=status, exception=exception)
+                frontier.dead_letter(request, why, status=status, exception=exception)
             request.meta[DEAD] = True
             return None
         wait = self.delay(attempts, retry_after)
-        if push_domain and scheduler is not None:
-            scheduler.reports.push_domain(request.url, wait)
+        if push_domain and frontier is not None:
+            frontier.push_domain(request.url, wait)
         self.stats.inc_value("crawler/backoff/retries")
         self.stats.inc_value(f"crawler/backoff/reason/{reason}")
         logger.debug("Retrying %s in %.2fs (attempt %d, %s)", request, wait, attempts + 1, reason)
-        retry = request.replace(dont_filter=True)
+        retry = request.replace(dont_filter=True, priority=request.priority + self.priority_adjust)
         retry.meta[ATTEMPTS] = attempts + 1
         retry.meta[DELAY] = wait
         return retry

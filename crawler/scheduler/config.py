@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FrontierSettings", "SettingsError", "warn_ignored"]  # SettingsError: for older imports
+__all__ = ["FrontierSettings", "SettingsError", "adopt_scrapy_delays", "warn_ignored"]  # SettingsError: for older imports
 
 
 def _overrides(settings: BaseSettings) -> dict[str, dict[str, float]]:
@@ -115,3 +115,48 @@ def warn_ignored(settings: BaseSettings) -> None:
     if name not in ("scrapy.dupefilters.BaseDupeFilter", "scrapy.dupefilters.RFPDupeFilter"):
         logger.warning("DUPEFILTER_CLASS %s is not used: the frontier dedups in Redis by the SHA-256 "
                        "of canonical URLs (CRAWLER_DEDUP)", name)
+
+
+def adopt_scrapy_delays(settings: BaseSettings, spidercls: type | None = None) -> list[str]:
+    """Scrapy's per-process delays made the frontier's shared ones, in place
+    (the addon calls it before any component is built); one line for the log
+    per setting taken over.
+
+    ``DOWNLOAD_DELAY`` (or the spider's ``download_delay`` attribute) becomes
+    ``CRAWLER_DOMAIN_DELAY``, the minimum between two requests to one domain
+    across every process, unless ``CRAWLER_DOMAIN_DELAY`` is set; Scrapy's own
+    per-process ``DOWNLOAD_DELAY`` is then set to 0 so that it does not apply
+    a second time in each process (the attribute cannot be: it still applies
+    per process too). ``RANDOMIZE_DOWNLOAD_DELAY`` is not applied to the
+    shared delay: it would shorten it to half. AutoThrottle becomes the
+    adaptive delay (``CRAWLER_DELAY_FACTOR`` = 1 / ``AUTOTHROTTLE_TARGET_CONCURRENCY``,
+    ``CRAWLER_DELAY_MAX`` = ``AUTOTHROTTLE_MAX_DELAY``, floor ``DOWNLOAD_DELAY``)
+    and Scrapy's per-process AutoThrottle is turned off."""
+    said = []
+    attribute = getattr(spidercls, "download_delay", None) if spidercls is not None else None
+    explicit = settings.get("CRAWLER_DOMAIN_DELAY") is not None
+    if isinstance(attribute, int | float) and not isinstance(attribute, bool) and attribute > 0 and not explicit:
+        settings.set("CRAWLER_DOMAIN_DELAY", float(attribute), "spider")
+        said.append(f"the spider's download_delay = {attribute:g} is the delay between two requests to one "
+                    "domain across every process (CRAWLER_DOMAIN_DELAY); it also holds per process")
+    delay = setting(settings, "DOWNLOAD_DELAY")
+    if delay > 0 and settings.get("CRAWLER_DOMAIN_DELAY") is None:
+        priority = settings.getpriority("DOWNLOAD_DELAY")
+        settings.set("CRAWLER_DOMAIN_DELAY", delay, priority)
+        settings.set("DOWNLOAD_DELAY", 0, priority)  # not a second time in each process
+        said.append(f"DOWNLOAD_DELAY = {delay:g} is the delay between two requests to one domain across every "
+                    "process (CRAWLER_DOMAIN_DELAY), never shortened by RANDOMIZE_DOWNLOAD_DELAY")
+    if setting(settings, "AUTOTHROTTLE_ENABLED"):
+        priority = settings.getpriority("AUTOTHROTTLE_ENABLED")
+        factor = 1 / setting(settings, "AUTOTHROTTLE_TARGET_CONCURRENCY")
+        cap = setting(settings, "AUTOTHROTTLE_MAX_DELAY")
+        if settings.get("CRAWLER_DELAY_FACTOR") is None:
+            settings.set("CRAWLER_DELAY_FACTOR", factor, priority)
+        if settings.get("CRAWLER_DELAY_MAX") is None:
+            settings.set("CRAWLER_DELAY_MAX", cap, priority)
+        settings.set("AUTOTHROTTLE_ENABLED", False, priority)  # Scrapy's per-process one: off
+        said.append(f"AutoThrottle is the shared adaptive delay: CRAWLER_DELAY_FACTOR = "
+                    f"{setting(settings, 'CRAWLER_DELAY_FACTOR'):g}, CRAWLER_DELAY_MAX = "
+                    f"{setting(settings, 'CRAWLER_DELAY_MAX'):g}, floor CRAWLER_DOMAIN_DELAY = "
+                    f"{setting(settings, 'CRAWLER_DOMAIN_DELAY'):g} (AUTOTHROTTLE_START_DELAY is not used)")
+    return said

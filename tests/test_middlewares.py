@@ -246,6 +246,7 @@ def test_parse_errors_are_dead_letters_and_the_dlq_command(redis_url: str, make_
     assert all(x["url"].endswith("3.html") and x["exception"] == "ValueError" for x in listed)
     assert "http_404" in dlq().stdout and "d0.test" in dlq("--domain", "d0.test").stdout
     assert dlq("--domain", "other.test", "--json").stdout.strip() == "[]"
+    assert dlq("--domain", "other.test").stdout.strip() == "no dead letters with domain other.test in crawler:{failing:0}"
     # the crawl's budget applies to requeued URLs too: refused, and the letters kept
     over = json.loads(dlq("--reason", "parse_error", "--requeue", "--json", "-s", "CRAWLER_DOMAIN_BUDGET=2").stdout)
     assert over == {"requeued": 0, "refused": len(listed)}

@@ -91,6 +91,10 @@ class Command(ScrapyCommand):
         if opts.json:
             print(json.dumps([asdict(letter) for _, letter in shown]))
             return
+        if not selected:
+            which = " and ".join(f"{k} {v}" for k, v in (("reason", opts.reason), ("domain", opts.domain)) if v)
+            print(f"no dead letters{' with ' + which if which else ''} in {found.keys.base}")
+            return
         for _, letter in shown:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(letter.time))
             status = letter.status if letter.status is not None else "-"

@@ -38,11 +38,18 @@ key (after the base)      type    holds
 ``:dlq``                  list    JSON dead letters, newest first
 ``:stats``                hash    counters (``queued``, ``enqueued``, ...)
 ``:seq``                  string  id counter of leases and delayed entries
+                                  (only grows: the epoch check reads it)
+``:epoch``                hash    ``id`` and ``created`` ms of this frontier's
+                                  epoch (``epoch.lua``, ``epoch.py``)
 ``:meta``                 hash    dedup layout; politeness defaults (rate,
                                   burst, delay ms, delay_factor, delay_max ms)
 ========================  ======  =============================================
 
 A record is ``"<domain>\\n<priority>\\n<serialized request>"``.
+
+Outside the base, on purpose: ``<prefix>:metrics:{<spider>:<shard>}``
+(string, ``PX`` ttl), the token of the one process exporting the frontier's
+gauges (``crawler/extensions/metrics.py``); clearing the frontier leaves it.
 """
 
 from __future__ import annotations

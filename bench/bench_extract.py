@@ -3,7 +3,13 @@ on one core: ours (Lexbor; plain hrefs joined by string work, the rest by
 ada; canonical URLs), Scrapy's LinkExtractor, and Lexbor parsing alone as the
 ceiling.
 
-    python bench/bench_extract.py [--rounds 5] [--corpus ../shared/corpus]
+Then the hostile pages (#22 item 5): 250 KB of markup a tree builder nests
+ever deeper, one construct each (the test web's nested kinds and a few
+more): the time of Lexbor's parse (what a page stalled the crawl before), of
+ours (the page is found risky and scanned), and the cost of the risk check
+on ordinary pages (the corpus, the test web's pages).
+
+    python bench/bench_extract.py [--rounds 5] [--corpus ../shared/corpus] [--only corpus|hostile]
 """
 
 from __future__ import annotations
@@ -21,7 +27,22 @@ from scrapy.http import HtmlResponse  # noqa: E402
 from scrapy.linkextractors import LinkExtractor as ScrapyLinkExtractor  # noqa: E402
 from selectolax.lexbor import LexborHTMLParser  # noqa: E402
 
+from crawler._hrefscan import risky  # noqa: E402
 from crawler.links import LinkExtractor  # noqa: E402
+from devkit.testweb.config import WebConfig  # noqa: E402
+from devkit.testweb.site import NESTED_UNITS, Site  # noqa: E402
+
+#: constructs found quadratic in Lexbor besides the test web's, and cheap ones for contrast
+MORE_UNITS = {
+    "blockquote": "<blockquote>",
+    "div_a": '<div><a href="/x">x</a>',
+    "div_attrs": "<div a=1 b=2 c=3 d=4>",
+    "a_b": '<a href="/y"><b>',
+    "b_i (Noah's ark: cheap)": "<b><i>",
+    "a in a (cheap)": '<a href="/z">',
+    "table_tr_td (cheap)": "<table><tr><td>",
+    "p (cheap)": "<p>",
+}
 
 
 def page_url(name: str) -> str:
@@ -44,25 +65,68 @@ def measure(name: str, pages: list[tuple[str, bytes]], fn: Callable[[str, bytes]
     return rate
 
 
+def best_of(rounds: int, fn: Callable[[], object]) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def hostile(rounds: int, corpus: list[tuple[str, bytes]]) -> None:
+    size = 250_000
+    ours = LinkExtractor()
+    print(f"hostile pages, {size // 1000} KB each, one core: Lexbor's parse (before) and ours (after), best of "
+          f"{min(rounds, 3)}")
+    worst_before = worst_after = 0.0
+    for name, unit in {**NESTED_UNITS, **MORE_UNITS}.items():
+        body = ("<!DOCTYPE html><html><body>" + unit * (size // len(unit)))[:size].encode()
+        before = best_of(min(rounds, 3), lambda body=body: LexborHTMLParser(body))
+        after = best_of(min(rounds, 3), lambda body=body: ours(body, "http://hostile.test/"))
+        worst_before, worst_after = max(worst_before, before), max(worst_after, after)
+        print(f"  {name:26s} Lexbor {before * 1000:8.1f} ms   ours {after * 1000:6.1f} ms"
+              f"   {'scanned' if risky(body) else 'parsed'}")
+    print(f"  worst: Lexbor {worst_before * 1000:.0f} ms, ours {worst_after * 1000:.1f} ms")
+    site = Site(WebConfig(), 8080)
+    web = [b"".join(bytes(p) for p in site.page(d, k).parts)[:size] for d in range(3) for k in range(1, 30)]
+    for label, pages in (("corpus", corpus), ("test web", [("http://d0.test:8080/p/1.html", b) for b in web])):
+        if not pages:
+            continue
+        check = best_of(rounds, lambda pages=pages: [risky(b) for _, b in pages]) / len(pages)
+        whole = best_of(rounds, lambda pages=pages: [ours.page(b, u) for u, b in pages]) / len(pages)
+        scanned = sum(risky(b) for _, b in pages)
+        print(f"  the risk check on the {label}'s pages: {check * 1e6:.0f} us per page, {check / whole:.1%} of "
+              f"ours ({whole * 1e6:.0f} us); {scanned} of {len(pages)} scanned")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--corpus", type=Path, default=Path(__file__).resolve().parent.parent.parent / "shared" / "corpus")
+    parser.add_argument("--only", choices=("corpus", "hostile"))
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {0})
     pages = [(page_url(p.name), p.read_bytes()[:250_000]) for p in sorted(args.corpus.glob("*.html"))]
+    if args.only != "hostile":
+        corpus(args.rounds, pages, args.corpus)
+    if args.only != "corpus":
+        hostile(args.rounds, pages)
+
+
+def corpus(rounds: int, pages: list[tuple[str, bytes]], where: Path) -> None:
     if not pages:
-        sys.exit(f"no .html pages in {args.corpus}")
+        sys.exit(f"no .html pages in {where}")
     mean_kb = sum(len(b) for _, b in pages) / len(pages) / 1000
-    print(f"link extraction, {len(pages)} pages (mean {mean_kb:.0f} KB after the 250 KB cut), one core, best of {args.rounds}")
+    print(f"link extraction, {len(pages)} pages (mean {mean_kb:.0f} KB after the 250 KB cut), one core, best of {rounds}")
     ours = LinkExtractor()
     scrapy_le = ScrapyLinkExtractor()
-    ceiling = measure("Lexbor parse only (ceiling)", pages, lambda u, b: len(LexborHTMLParser(b).tags("a")), args.rounds)
-    fast = measure("ours: Lexbor + string join|ada + canon.", pages, lambda u, b: len(ours(b, u)), args.rounds)
+    ceiling = measure("Lexbor parse only (ceiling)", pages, lambda u, b: len(LexborHTMLParser(b).tags("a")), rounds)
+    fast = measure("ours: Lexbor + string join|ada + canon.", pages, lambda u, b: len(ours(b, u)), rounds)
     slow = measure("Scrapy LinkExtractor", pages,
                    lambda u, b: len(scrapy_le.extract_links(HtmlResponse(u, body=b, encoding="utf-8"))),
-                   max(1, args.rounds // 2))
+                   max(1, rounds // 2))
     print(f"  ours vs Scrapy's LinkExtractor: x{fast / slow:.1f}; ours at {fast / ceiling:.0%} of the parse ceiling")
     print("  (the 2025 billion-page crawl's parser: 160 pages/s per process)")
 

@@ -16,6 +16,7 @@ from ada_url import join_url
 from selectolax.lexbor import LexborHTMLParser
 
 from crawler._fastjoin import FastJoin
+from crawler._hrefscan import risky, scan
 from crawler.robots import meta_nofollow
 from crawler.scheduler.canonical import Canonicalizer, canonicalize
 
@@ -26,6 +27,8 @@ _FOLLOWED = 'base[href], meta[name][content], a[href]:not([href^="#"]):not([rel~
 _BASE_TAG = LexborHTMLParser("<base>").css_first("base").tag_id
 _META_TAG = LexborHTMLParser("<meta>").css_first("meta").tag_id
 _tag_id = attrgetter("tag_id")
+#: (<base href>, <meta> (name, content) pairs, <a href> values) of a page
+Found = tuple[str | None, list[tuple[str | None, str | None]], list[str | None]]
 _SKIP = ("javascript:", "mailto:", "tel:", "data:", "JAVASCRIPT:", "MAILTO:", "TEL:", "DATA:")
 
 
@@ -49,31 +52,35 @@ class LinkExtractor:
         self.nofollow = nofollow
         self.selector = _FOLLOWED if nofollow else _ANCHORS
         self.max_length = max_length
+        self.scanned = False
 
     def __call__(self, body: bytes, url: str) -> list[str]:
         return self.page(body, url)[0]
 
     def page(self, body: bytes, url: str, agent: str = "") -> tuple[list[str], bool]:
         """The page's links, and whether a ``<meta name="robots">`` (or one
-        named ``agent``) says ``nofollow`` or ``none``: then no links."""
-        tree = LexborHTMLParser(body)
-        # one walk of the tree, in C: the base, the metas and the anchors worth reading
-        nodes = tree.css(self.selector)
-        if _META_TAG in map(_tag_id, nodes):
-            metas = [(n.attrs.get("name"), n.attrs.get("content")) for n in nodes if n.tag_id == _META_TAG]
-            if meta_nofollow(metas, agent):
-                return [], True
-            nodes = [node for node in nodes if node.tag_id != _META_TAG]
+        named ``agent``) says ``nofollow`` or ``none``: then no links.
+
+        A page whose tree would cost Lexbor more than about 50 ms (deep
+        nesting: ``crawler._hrefscan``) is scanned instead of parsed;
+        ``scanned`` says whether the last page was."""
+        self.scanned = risky(body)
+        return self.resolve(self.by_scan(body) if self.scanned else self.by_tree(body), url, agent)
+
+    def resolve(self, found: Found, url: str, agent: str = "") -> tuple[list[str], bool]:
+        """:meth:`page` from what :meth:`by_tree` or :meth:`by_scan` found."""
+        base_href, metas, anchors = found
+        if metas and meta_nofollow(metas, agent):
+            return [], True
         base = url
-        if _BASE_TAG in map(_tag_id, nodes):
-            href = next(n for n in nodes if n.tag_id == _BASE_TAG).attrs.get("href", "").strip()
-            nodes = [node for node in nodes if node.tag_id != _BASE_TAG]
-            if href:
+        if base_href:
+            base_href = base_href.strip()
+            if base_href:
                 try:
-                    base = join_url(url, href)
+                    base = join_url(url, base_href)
                 except ValueError:
                     pass
-        hrefs = dict.fromkeys([node.attrs.get("href") for node in nodes])
+        hrefs = dict.fromkeys(anchors)
         hrefs.pop(None, None)
         fast = FastJoin(base)
         seen: set[str] = set()
@@ -96,3 +103,39 @@ class LinkExtractor:
             if len(link) <= self.max_length:
                 found[link] = None
         return list(found), False
+
+    def by_tree(self, body: bytes) -> Found:
+        """(``<base href>``, ``<meta>`` (name, content) pairs, hrefs) by Lexbor."""
+        tree = LexborHTMLParser(body)
+        # one walk of the tree, in C: the base, the metas and the anchors worth reading
+        nodes = tree.css(self.selector)
+        metas: list[tuple[str | None, str | None]] = []
+        if _META_TAG in map(_tag_id, nodes):
+            metas = [(n.attrs.get("name"), n.attrs.get("content")) for n in nodes if n.tag_id == _META_TAG]
+            nodes = [node for node in nodes if node.tag_id != _META_TAG]
+        base_href = None
+        if _BASE_TAG in map(_tag_id, nodes):
+            base_href = next(n for n in nodes if n.tag_id == _BASE_TAG).attrs.get("href", "")
+            nodes = [node for node in nodes if node.tag_id != _BASE_TAG]
+        return base_href, metas, [node.attrs.get("href") for node in nodes]
+
+    def by_scan(self, body: bytes) -> Found:
+        """What :meth:`by_tree` returns, by the linear scan: the same choice
+        of elements as the selector."""
+        base_href = None
+        metas: list[tuple[str | None, str | None]] = []
+        hrefs: list[str | None] = []
+        for tag, attrs in scan(body):
+            if tag == "a":
+                href = attrs.get("href")
+                if href is None or href.startswith("#"):
+                    continue
+                if self.nofollow and "nofollow" in attrs.get("rel", "").lower().split():
+                    continue
+                hrefs.append(href)
+            elif tag == "base":
+                if base_href is None and "href" in attrs:
+                    base_href = attrs["href"]
+            elif self.nofollow and "name" in attrs and "content" in attrs:  # <meta>
+                metas.append((attrs["name"], attrs["content"]))
+        return base_href, metas, hrefs

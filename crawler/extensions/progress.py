@@ -1,6 +1,8 @@
-"""A progress line every ``CRAWLER_PROGRESS_INTERVAL`` seconds.
+"""A progress line every ``CRAWLER_PROGRESS_INTERVAL`` seconds, and one
+when the crawl ends; ``worst_stall`` is the event loop's worst lateness so
+far (``crawler/loop/lag_max_ms``, from the loop-lag probe):
 
-    pages=1532 (153.2/s) queued=8120 domains=50 duplicates=4410 errors=12
+    pages=1532 (153.2/s) queued=8120 domains=50 duplicates=4410 errors=12 worst_stall=12ms
 """
 
 from __future__ import annotations
@@ -86,8 +88,8 @@ class Progress:
             - stats.get_value("downloader/exception_type_count/scrapy.exceptions.IgnoreRequest", 0)
         )
         logger.info(
-            "pages=%d (%.1f/s) queued=%s domains=%d duplicates=%d errors=%d",
+            "pages=%d (%.1f/s) queued=%s domains=%d duplicates=%d errors=%d worst_stall=%.0fms",
             pages, rate, "?" if queued is None else queued, len(self.domains),
-            duplicates(stats.get_stats()), errors,
+            duplicates(stats.get_stats()), errors, stats.get_value("crawler/loop/lag_max_ms", 0),
         )
         stats.set_value("crawler/domains_seen", len(self.domains))

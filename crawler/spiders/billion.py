@@ -166,6 +166,8 @@ class BillionSpider(scrapy.Spider):
             links, nofollow = [], True
         else:
             links, nofollow = self.extract.page(response.body, response.url, self.agent)
+            if self.extract.scanned:  # too deeply nested for a tree: scanned in linear time
+                stats.inc_value("crawler/links/scanned_pages")
         if nofollow:
             stats.inc_value("crawler/links/nofollow_pages")
         stats.inc_value("crawler/links/found", len(links))

@@ -13,6 +13,10 @@ PAGE_FAULTS = ("404", "410", "429", "500", "503", "slow", "drop", "redirect", "b
 #: (same host, http -> https, apex -> www, a loop, six hops), an outage (503
 #: or no answer for ``robots_outage_s`` after start), and hostile files (600
 #: KiB with rules past 500 KiB, 30,000 wildcard rules)
+#: hostile markup a domain's pages can be made of after their links: 250 KB
+#: that a tree builder nests ever deeper (Lexbor's cost grows with the square
+#: of the nesting; bench/bench_extract.py measures each)
+NESTED_KINDS = ("div", "dl", "ul", "section", "center", "b_div", "adoption")
 ROBOTS_FAULTS = ("404", "503", "invalid", "redirect", "https", "www", "loop", "hops6", "outage", "timeout",
                  "big", "wildcards")
 
@@ -39,6 +43,10 @@ class WebConfig:
     crawl_delay: float = 1.0
     faults: dict[str, float] = field(default_factory=dict)  # page fault -> share of pages
     robots_faults: dict[str, float] = field(default_factory=dict)  # -> share of domains
+    # nested kind -> share of domains whose pages (the home page too) are
+    # their links followed by nested markup up to `nested_size` bytes
+    nested: dict[str, float] = field(default_factory=dict)
+    nested_size: int = 250_000
     robots_outage_s: float = 30.0  # "outage"/"timeout" robots.txt: how long after start
     robots_timeout_ms: int = 5_000  # "timeout" robots.txt: answer this late during the outage
     # pages whose links must not be followed: <meta name="robots" content="nofollow">,
@@ -75,6 +83,11 @@ class WebConfig:
         for kind in self.robots_faults:
             if kind not in ROBOTS_FAULTS:
                 errors.append(f"unknown robots fault {kind!r} (known: {', '.join(ROBOTS_FAULTS)})")
+        for kind in self.nested:
+            if kind not in NESTED_KINDS:
+                errors.append(f"unknown nested kind {kind!r} (known: {', '.join(NESTED_KINDS)})")
+        if sum(self.nested.values()) > 1:
+            errors.append("nested shares add up to more than 1")
         if self.latency_ms < 0 or self.latency_sigma < 0 or self.bandwidth < 0:
             errors.append("latency_ms, latency_sigma and bandwidth must be >= 0")
         if sum(self.faults.values()) > 1 or sum(self.robots_faults.values()) > 1:

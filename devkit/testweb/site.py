@@ -17,7 +17,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from devkit.testweb.config import WebConfig
+from devkit.testweb.config import NESTED_KINDS, WebConfig
 
 _WORDS = (
     "crawl polite frontier redis queue domain token bucket lease shard robots "
@@ -46,6 +46,17 @@ _HOSTILE = (
     '<a href="/p/1.html">a good one</a>\n'
     "<table><tr><td><a href='/p/2.html'>nested, unclosed"
 )
+#: the repeated unit of each nested kind (config.NESTED_KINDS)
+NESTED_UNITS = {
+    "div": "<div>",
+    "dl": "<dl><dt>",
+    "ul": "<ul><li>",
+    "section": "<section>",
+    "center": "<center>",
+    "b_div": "<b><div>",
+    "adoption": "<b><div></b>",  # the adoption agency algorithm at every </b>
+}
+assert set(NESTED_UNITS) == set(NESTED_KINDS)
 
 
 @dataclass
@@ -95,6 +106,7 @@ class Site:
         self.hosts = {config.domain(i): i for i in range(config.domains)}
         self.hosts.update({"www." + config.domain(i): i for i in range(config.domains)})
         self.robots_bodies: dict[str, bytes] = {}
+        self.nested_bodies: dict[str, bytes] = {}
         self.filler = memoryview(
             _make_filler(max(config.size_max, config.big_size, config.pdf_size))
         )
@@ -114,6 +126,10 @@ class Site:
         if k == 0:
             return None  # the home page always works, so every crawl can start
         return _pick_share(self.config.faults, _unit(self.config.seed, "fault", d, k))
+
+    def nested_kind(self, d: int) -> str | None:
+        """The nested markup of domain ``d``'s pages, if any."""
+        return _pick_share(self.config.nested, _unit(self.config.seed, "nested", d))
 
     def robots_fault(self, d: int) -> str | None:
         return _pick_share(self.config.robots_faults, _unit(self.config.seed, "robots", d))
@@ -183,6 +199,16 @@ class Site:
         if u < self.config.meta_nofollow_share + self.config.header_nofollow_share:
             return "header"
         return None
+
+    def nested_page(self, d: int, k: int, kind: str) -> Reply:
+        """Page k of domain d: its head (title, links), then ``kind``'s unit
+        repeated up to ``nested_size`` bytes, never closed."""
+        head = self.head(d, k)
+        filler = self.nested_bodies.get(kind)
+        if filler is None:
+            unit = NESTED_UNITS[kind].encode()
+            filler = self.nested_bodies[kind] = unit * (self.config.nested_size // len(unit) + 1)
+        return Reply(200, [head, memoryview(filler)[: max(0, self.config.nested_size - len(head))]])
 
     def page(self, d: int, k: int, size: int | None = None) -> Reply:
         head = self.head(d, k)
@@ -300,7 +326,8 @@ class Site:
     def _page_or_fault(self, d: int, k: int) -> Reply:
         fault = self.page_fault(d, k)
         if fault is None:
-            return self.page(d, k)
+            kind = self.nested_kind(d) if self.config.nested else None
+            return self.page(d, k) if kind is None else self.nested_page(d, k, kind)
         if fault in ("404", "410", "500"):
             return _small(int(fault), f"injected {fault}")
         if fault in ("429", "503"):

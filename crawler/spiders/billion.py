@@ -28,8 +28,8 @@ from crawler.meta import FALLBACK
 from crawler.middlewares.robots import shared_robots
 from crawler.middlewares.useragent import robots_agent
 from crawler.robots import header_nofollow
-from crawler.scheduler.access import frontier_scheduler
 from crawler.scheduler.domains import domain_of
+from crawler.scheduler.service import frontier_service
 from crawler.seeds import Seed, parse_seeds, redis_seed_lines
 from crawler.settings_registry import setting
 from crawler.sharding import shard_of
@@ -138,11 +138,11 @@ class BillionSpider(scrapy.Spider):
 
     def _load_exclusions(self) -> None:
         path = setting(self.crawler.settings, "CRAWLER_EXCLUDE_FILE")
-        scheduler = frontier_scheduler(self.crawler)
-        if not path or scheduler is None or scheduler.frontier is None:
+        frontier = frontier_service(self.crawler)
+        if not path or frontier is None:
             return
         domains = [line.split("#", 1)[0].strip() for line in Path(path).read_text().splitlines()]
-        added = scheduler.frontier.exclude(d for d in domains if d)
+        added = frontier.exclude(d for d in domains if d)
         logger.info("Exclusion list %s: %d domains (%d new)", path, sum(1 for d in domains if d), added)
 
     def seed_failed(self, failure: Failure) -> Iterator[scrapy.Request]:
@@ -177,9 +177,9 @@ class BillionSpider(scrapy.Spider):
             links = self._robots_allowed(links)
         offered = 0
         if not self.max_depth or depth < self.max_depth:
-            scheduler = frontier_scheduler(self.crawler)
-            assert scheduler is not None, "the billion spider needs the frontier scheduler"
-            offered = scheduler.add_urls(links, depth=depth + 1, canonical=True)
+            frontier = frontier_service(self.crawler)
+            assert frontier is not None, "the billion spider needs the frontier scheduler"
+            offered = frontier.offer(links, depth=depth + 1, canonical=True)
         else:
             stats.inc_value("crawler/links/beyond_max_depth", len(links))
         yield {

@@ -14,6 +14,17 @@ queued first. A write that fails (no space, read-only, I/O error) stops the
 writer: the file is cut back to its last whole record, pages still queued are
 dropped, and :attr:`WarcWriter.written` tells which pages are in the files
 (each :meth:`~WarcWriter.put` returns the page's number, from 1).
+
+A page's response record holds the HTTP response as received when the page
+has it (``raw_head``, ``raw_body``: status line, headers and body bytes as
+they came off the wire, ``Content-Encoding`` and chunk framing included),
+else one rebuilt from the decoded response (a status line, the headers less
+``Content-Encoding``, ``Transfer-Encoding`` and ``Content-Length``, a
+``Content-Length`` of the decoded body). Every record has a
+``WARC-Block-Digest``; request and response records a
+``WARC-Payload-Digest`` over the bytes after the HTTP head, as stored (for a
+chunked body: with its framing, which is what warcio and FastWARC check);
+the request record names its response in ``WARC-Concurrent-To``.
 """
 
 from __future__ import annotations
@@ -55,14 +66,22 @@ class Page:
     body: bytes
     truncated: bool = False
     date: float = 0.0  # epoch seconds of the fetch
+    raw_head: bytes | None = None  # the response's head as received (None: rebuild it)
+    raw_body: bytes = b""  # with raw_head: the body as received, before decoding
+    dataloss: bool = False  # the connection ended before the body's end
+    ip: str = ""  # the server's address
+
+
+def _record_id() -> str:
+    return f"<urn:uuid:{uuid.uuid4()}>"
 
 
 def _warc_headers(kind: str, url: str, date: str, content_type: str, length: int,
-                  extra: Sequence[tuple[str, str]] = ()) -> bytes:
+                  extra: Sequence[tuple[str, str]] = (), record_id: str = "") -> bytes:
     lines = [
         "WARC/1.1",
         f"WARC-Type: {kind}",
-        f"WARC-Record-ID: <urn:uuid:{uuid.uuid4()}>",
+        f"WARC-Record-ID: {record_id or _record_id()}",
         f"WARC-Date: {date}",
     ]
     if url:
@@ -80,8 +99,11 @@ def _http_head(first_line: str, headers: Headers) -> bytes:
     return b"".join(out)
 
 
-def _sha1(data: bytes) -> str:
-    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode()
+def _sha1(*parts: bytes) -> str:
+    digest = hashlib.sha1(parts[0])
+    for part in parts[1:]:  # no concatenated copy
+        digest.update(part)
+    return "sha1:" + base64.b32encode(digest.digest()).decode()
 
 
 def page_records(page: Page) -> list[list[bytes]]:
@@ -94,28 +116,39 @@ def page_records(page: Page) -> list[list[bytes]]:
     host = parts[2] if len(parts) > 2 else ""
     request_head = _http_head(f"{page.method} {target} HTTP/1.1",
                               [*page.request_headers, (b"Host", host.encode("latin-1"))])
-    request_block = request_head + page.request_body
-    try:
-        reason = HTTPStatus(page.status).phrase
-    except ValueError:
-        reason = "Unknown"
-    response_head = _http_head(
-        f"HTTP/1.1 {page.status} {reason}",
-        [(k, v) for k, v in page.response_headers if k.lower() not in _HOP_BY_HOP]
-        + [(b"Content-Length", str(len(page.body)).encode())],
-    )
-    extra = [("WARC-Payload-Digest", _sha1(page.body))]
+    if page.raw_head is not None:  # as received
+        response_head, payload = page.raw_head, page.raw_body
+    else:  # another download handler: rebuilt from the decoded response
+        try:
+            reason = HTTPStatus(page.status).phrase
+        except ValueError:
+            reason = "Unknown"
+        response_head = _http_head(
+            f"HTTP/1.1 {page.status} {reason}",
+            [(k, v) for k, v in page.response_headers if k.lower() not in _HOP_BY_HOP]
+            + [(b"Content-Length", str(len(page.body)).encode())],
+        )
+        payload = page.body
+    response_id = _record_id()
+    ip = [("WARC-IP-Address", page.ip)] if page.ip else []
+    extra = [*ip, ("WARC-Block-Digest", _sha1(response_head, payload)),
+             ("WARC-Payload-Digest", _sha1(payload))]
     if page.truncated:
         extra.append(("WARC-Truncated", "length"))
+    elif page.dataloss:
+        extra.append(("WARC-Truncated", "disconnect"))
     response = [
         _warc_headers("response", page.url, date, "application/http; msgtype=response",
-                      len(response_head) + len(page.body), extra),
-        response_head, page.body, b"\r\n\r\n",
+                      len(response_head) + len(payload), extra, response_id),
+        response_head, payload, b"\r\n\r\n",
     ]
     request = [
         _warc_headers("request", page.url, date, "application/http; msgtype=request",
-                      len(request_block)),
-        request_block, b"\r\n\r\n",
+                      len(request_head) + len(page.request_body),
+                      [("WARC-Concurrent-To", response_id), *ip,
+                       ("WARC-Block-Digest", _sha1(request_head, page.request_body)),
+                       ("WARC-Payload-Digest", _sha1(page.request_body))]),
+        request_head, page.request_body, b"\r\n\r\n",
     ]
     return [request, response]
 
@@ -124,7 +157,7 @@ def warcinfo_record(filename: str, fields: dict[str, str]) -> list[bytes]:
     date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     body = "".join(f"{k}: {v}\r\n" for k, v in fields.items()).encode()
     head = _warc_headers("warcinfo", "", date, "application/warc-fields", len(body),
-                         [("WARC-Filename", filename)])
+                         [("WARC-Filename", filename), ("WARC-Block-Digest", _sha1(body))])
     return [head, body, b"\r\n\r\n"]
 
 

@@ -3,8 +3,12 @@
 On when ``CRAWLER_WARC_DIR`` is set. One writer per process; files are named
 ``<spider>-<shard>-<host>-<pid>-<UTC time>-<n>.warc.gz`` (no two processes
 share a file) and rotated at ``CRAWLER_WARC_MAX_BYTES`` (1 GB). Each page is a
-request record and a response record holding the body as received (cut at
-``CRAWLER_MAX_PAGE_BYTES``, then marked ``WARC-Truncated: length``).
+request record and a response record. With the crawler's download handler the
+response record holds the HTTP response as received (status line, headers,
+body bytes before decoding; cut at the page cap, then marked
+``WARC-Truncated: length``; :mod:`crawler.fetch.received`); with another
+handler it is rebuilt from the decoded response. Digests and record links:
+:mod:`crawler.warcfile`.
 
 Records are compressed with ISA-L at ``CRAWLER_WARC_LEVEL`` (0-3, default 1)
 and written by a thread (:mod:`crawler.warcfile`); at most
@@ -35,8 +39,9 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
 
+from crawler.fetch import received as raw_responses
 from crawler.meta import ROBOTS, TRUNCATED, WARC
-from crawler.scheduler.access import frontier_scheduler
+from crawler.scheduler.service import frontier_service
 from crawler.settings_registry import setting
 from crawler.warcfile import Page, WarcFailed, WarcWriter
 
@@ -86,9 +91,9 @@ class WarcExtension:
         self.prefix = f"{spider.name}-{shard:03d}-{socket.gethostname()}-{os.getpid()}"
         self.writer = WarcWriter(self._name, level=self.level, max_bytes=self.max_bytes,
                                  max_queued=self.max_queued, on_file=self._opened)
-        scheduler = frontier_scheduler(self.crawler)
-        if scheduler is not None:
-            scheduler.leases.storage = self  # a page's lease is released once it is stored
+        frontier = frontier_service(self.crawler)
+        if frontier is not None:
+            frontier.keep_pages_with(self)  # a page's lease is released once it is stored
         try:
             writable(self.directory)
         except OSError as exc:
@@ -114,18 +119,27 @@ class WarcExtension:
             self._check_writer()
 
     def response_received(self, response: Response, request: Request, spider: Spider) -> None:
+        received = raw_responses.take(request)
         if request.meta.get(ROBOTS) or self.writer is None:
             return
         if self.failed:
             request.meta[WARC] = NOT_STORED
             return
+        truncated = bool(request.meta.get(TRUNCATED))
+        raw_head: bytes | None = None
+        raw_body = b""
+        dataloss = False
+        if received is not None:
+            raw_head, raw_body, dataloss = received.head, received.body, received.dataloss
+            truncated = truncated or received.cut
         try:
             request.meta[WARC] = self.writer.put(Page(
                 request.url, request.method,
                 [(k, v) for k, vs in request.headers.items() for v in vs], request.body or b"",
                 response.status,
                 [(k, v) for k, vs in response.headers.items() for v in vs], response.body,
-                truncated=bool(request.meta.get(TRUNCATED)), date=time.time(),
+                truncated=truncated, date=time.time(), raw_head=raw_head, raw_body=raw_body,
+                dataloss=dataloss, ip=str(response.ip_address or ""),
             ))
         except WarcFailed:
             request.meta[WARC] = NOT_STORED

@@ -13,6 +13,13 @@ Tolerated as browsers and Scrapy's handler do: lines ended by a bare LF
 and tabs after a chunk size. Refused, never guessed: ``Transfer-Encoding``
 with ``Content-Length``, a ``Transfer-Encoding`` other than ``chunked``,
 differing lengths, chunk sizes that are not plain hex digits.
+
+With ``raw=True`` the exchange also keeps the response as received, for WARC
+records (:mod:`crawler.fetch.received`): the final status line and header
+lines with the empty line ending them (:attr:`Exchange.raw_head`), and the body
+bytes before any decoding, chunk framing included, up to where reading stopped
+(:meth:`Exchange.raw_body`). Where nothing is decoded or de-chunked, the raw
+body is the body itself: no second copy.
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ class Exchange:
     """The response to one request, parsed as it arrives."""
 
     def __init__(self, on_head: Callable[[Exchange], bool], limit: int, maxsize: int, max_head: int,
-                 head_only: bool) -> None:
+                 head_only: bool, raw: bool = False) -> None:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.on_head = on_head  # False: stop at the headers
         self.limit = limit  # decoded bytes kept; one more marks a cut
@@ -84,6 +91,9 @@ class Exchange:
         self.dataloss = False
         self.scrapy_headers: Headers | None = None
         self.stop: StopDownload | None = None  # from a signal handler
+        self.raw_head = b""  # with raw: the final head as received, its empty line included
+        # with raw: body bytes as received, where they differ from the parts kept (decoded or chunked)
+        self.raw_parts: list[bytes] | None = [] if raw else None
 
     @property
     def finished(self) -> bool:
@@ -91,6 +101,14 @@ class Exchange:
 
     def body(self) -> bytes:
         return b"".join(self.parts)
+
+    def raw_body(self, body: bytes) -> bytes:
+        """The body as received (``body`` is :meth:`body`'s value): before
+        decoding, chunk framing included, cut where reading stopped (a body
+        neither decoded nor chunked: at the cap, as the response's is)."""
+        if self.raw_parts is None or (self.decoder is None and not self.chunked):
+            return body[:self.cap] if len(body) > self.cap else body
+        return b"".join(self.raw_parts)
 
     def feed(self, data: bytes) -> None:
         if self.in_body:
@@ -111,6 +129,8 @@ class Exchange:
                     self.fail(HeadTooLarge(f"response headers over {self.max_head} bytes"))
                 return
             head = bytes(buffer[:end])
+            if self.raw_parts is not None:
+                self.raw_head = bytes(buffer[:end + skip])
             del buffer[:end + skip]
             if not self._head(head):
                 return
@@ -250,6 +270,8 @@ class Exchange:
                     self.fail(DownloadFailedError(f"bad chunk size {size_field[:20]!r}"))
                     break
                 self.chunk_left = int(size_field, 16) or -2
+        if self.raw_parts is not None and pos:
+            self.raw_parts.append(data if pos >= size else data[:pos])  # the rest waits in the buffer
         if pos < size:
             if self.finished:
                 self.keep_alive = False  # bytes after the body: something is off
@@ -267,6 +289,8 @@ class Exchange:
             self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes)"))
             return
         if self.decoder is not None:
+            if self.raw_parts is not None and not self.chunked:  # chunked: kept with their framing
+                self.raw_parts.append(data)
             try:
                 data = self.decoder.feed(data, room)
             except Exception as e:

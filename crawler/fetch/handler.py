@@ -27,6 +27,9 @@ What it does differently from Scrapy's Twisted handler:
   decoded here.
 - At most ``MAX_IDLE`` idle connections are kept, the least recently used
   closed first.
+- With ``CRAWLER_WARC_DIR`` set, each response is also kept as received
+  (head and undecoded body, :mod:`crawler.fetch.received`) for the WARC
+  extension; the response Scrapy sees is unchanged.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.ssl import Certificate
 from twisted.python.failure import Failure
 
+from crawler.fetch import received
 from crawler.fetch._address import Address, Addresses
 from crawler.fetch._decode import accepted
 from crawler.fetch._exchange import Connection, Exchange, HeadTooLarge, TooLarge
@@ -115,6 +119,7 @@ class DownloadHandler(BaseDownloadHandler):
         self.lru: OrderedDict[Connection, Key] = OrderedDict()  # every idle connection, oldest first
         self.max_idle = MAX_IDLE
         self.warned_dataloss = False
+        self.keep_raw = bool(setting(settings, "CRAWLER_WARC_DIR"))  # responses as received, for WARC
 
     async def download_request(self, request: Request) -> Response:
         url = urlparse_cached(request)
@@ -166,7 +171,7 @@ class DownloadHandler(BaseDownloadHandler):
         exchange = Exchange(lambda e: self.head_received(request, start, e),
                             page_limit(request, self.page_bytes or 1 << 62),
                             int(request.meta.get("download_maxsize", self.maxsize)), self.max_head,
-                            head_only=request.method == "HEAD")
+                            head_only=request.method == "HEAD", raw=self.keep_raw)
         connection.send(self.serialize(request, url, target, proxy), exchange)
         try:
             await exchange.done
@@ -379,6 +384,10 @@ class DownloadHandler(BaseDownloadHandler):
         if warnsize and exchange.received > warnsize:
             logger.warning("Received %d bytes, over DOWNLOAD_WARNSIZE (%d), for %s",
                            exchange.received, warnsize, request)
+        if exchange.raw_parts is not None:
+            received.keep(request, received.Received(
+                exchange.raw_head, exchange.raw_body(body),
+                cut=exchange.cut or stop is not None, dataloss=exchange.dataloss))
         respcls = responsetypes.from_args(headers=headers, url=request.url, body=body)
         response = respcls(url=request.url, status=exchange.status, headers=headers, body=body, flags=flags,
                            certificate=certificate, ip_address=address,

@@ -110,7 +110,6 @@ class FrontierScheduler:
                              dedup_start_requests=setting(self.crawler.settings, "CRAWLER_DEDUP_START_REQUESTS"))
         dead_letters = DeadLetters(self.server, keys, setting(self.crawler.settings, "CRAWLER_DLQ_MAX"))
         self.service = FrontierService(self, self.frontier, dead_letters, self.guard, self.stats, spider.name)
-        self.reports = self.service  # until every component asks crawler.frontier
         self.crawler.frontier = self.service  # type: ignore[attr-defined]  # what components ask (service.py)
         self._say_opened(keys)
         self._flusher = task.LoopingCall(self._tick)

@@ -21,6 +21,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy.utils.python import global_object_name
 
 from crawler.connection import configured_url, mask_url, scrapy_redis_parts
+from crawler.extensions.gcpauses import GcPauses
 from crawler.extensions.looplag import LoopLagProbe
 from crawler.extensions.metrics import MetricsExtension
 from crawler.extensions.progress import Progress
@@ -68,7 +69,9 @@ SPIDER_MIDDLEWARES = {
     FrontierAckSpiderMiddleware: 10,
     DeadLetterSpiderMiddleware: 20,
 }
-EXTENSIONS = {Progress: 500, StatsFile: 510, WarcExtension: 520, MetricsExtension: 530, LoopLagProbe: 540}
+# GcPauses before StatsFile: its stats are set when the spider closes, before they are written
+EXTENSIONS = {GcPauses: 490, Progress: 500, StatsFile: 510, WarcExtension: 520, MetricsExtension: 530,
+              LoopLagProbe: 540}
 
 
 class Addon:

@@ -182,141 +182,44 @@ def test_scrapy_retry_meta_keys_and_priority(redis_url: str) -> None:
     assert off.process_response(Request(url, meta={"max_retry_times": 3}), failed) is failed
 
 
-# scrapy-redis's example project, as in rmax/scrapy-redis@d34e9af0b2e4, example-project/
+# The parts of scrapy-redis's example project (rmax/scrapy-redis, example-project/)
+# this test needs, written out here: its settings (every line that changes
+# what the crawl does), its pipeline (stamps each item with the time and the
+# spider) and its RedisSpider reading ``myspider:start_urls``.
 EXAMPLE = {
-    "scrapy.cfg": '''# Automatically created by: scrapy startproject
-#
-# For more information about the [deploy] section see:
-# http://doc.scrapy.org/topics/scrapyd.html
-
-[settings]
-default = example.settings
-
-[deploy]
-#url = http://localhost:6800/
-project = example
-''',
+    "scrapy.cfg": "[settings]\ndefault = example.settings\n",
     "example/__init__.py": "",
-    "example/settings.py": '''# Scrapy settings for example project
-#
-# For simplicity, this file contains only the most important settings by
-# default. All the other settings are documented here:
-#
-#     http://doc.scrapy.org/topics/settings.html
-#
-SPIDER_MODULES = ["example.spiders"]
+    "example/settings.py": '''SPIDER_MODULES = ["example.spiders"]
 NEWSPIDER_MODULE = "example.spiders"
-
 USER_AGENT = "scrapy-redis (+https://github.com/rolando/scrapy-redis)"
-
 DUPEFILTER_CLASS = "scrapy_redis.dupefilter.RFPDupeFilter"
 SCHEDULER = "scrapy_redis.scheduler.Scheduler"
 SCHEDULER_PERSIST = True
-# SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.SpiderPriorityQueue"
-# SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.SpiderQueue"
-# SCHEDULER_QUEUE_CLASS = "scrapy_redis.queue.SpiderStack"
-
-ITEM_PIPELINES = {
-    "example.pipelines.ExamplePipeline": 300,
-    "scrapy_redis.pipelines.RedisPipeline": 400,
-}
-
+ITEM_PIPELINES = {"example.pipelines.ExamplePipeline": 300, "scrapy_redis.pipelines.RedisPipeline": 400}
 LOG_LEVEL = "DEBUG"
-
-# Introduce an artifical delay to make use of parallelism. to speed up the
-# crawl.
 DOWNLOAD_DELAY = 1
 ''',
-    "example/pipelines.py": '''# Define your item pipelines here
-#
-# Don't forget to add your pipeline to the ITEM_PIPELINES setting
-# See: http://doc.scrapy.org/topics/item-pipeline.html
-from datetime import datetime
+    "example/pipelines.py": '''from datetime import datetime, timezone
 
 
 class ExamplePipeline:
     def process_item(self, item, spider):
-        item["crawled"] = datetime.utcnow()
-        item["spider"] = spider.name
-        return item
+        return {**item, "crawled": datetime.now(timezone.utc).isoformat(), "spider": spider.name}
 ''',
     "example/spiders/__init__.py": "",
-    "example/spiders/dmoz.py": '''from scrapy.linkextractors import LinkExtractor
-from scrapy.spiders import CrawlSpider, Rule
-
-
-class DmozSpider(CrawlSpider):
-    """Follow categories and extract links."""
-
-    name = "dmoz"
-    allowed_domains = ["dmoz-odp.org"]
-    start_urls = ["http://www.dmoz-odp.org/"]
-
-    rules = [
-        Rule(
-            LinkExtractor(restrict_css=(".top-cat", ".sub-cat", ".cat-item")),
-            callback="parse_directory",
-            follow=True,
-        ),
-    ]
-
-    def parse_directory(self, response):
-        for div in response.css(".title-and-desc"):
-            yield {
-                "name": div.css(".site-title::text").extract_first(),
-                "description": div.css(".site-descr::text").extract_first().strip(),
-                "link": div.css("a::attr(href)").extract_first(),
-            }
-''',
     "example/spiders/myspider_redis.py": '''from scrapy_redis.spiders import RedisSpider
 
 
 class MySpider(RedisSpider):
-    """Spider that reads urls from redis queue (myspider:start_urls)."""
-
     name = "myspider_redis"
     redis_key = "myspider:start_urls"
 
-    def __init__(self, *args, **kwargs):
-        # Dynamically define the allowed domains list.
-        domain = kwargs.pop("domain", "")
-        self.allowed_domains = filter(None, domain.split(","))
+    def __init__(self, *args, domain="", **kwargs):
+        self.allowed_domains = [d for d in domain.split(",") if d]
         super().__init__(*args, **kwargs)
 
     def parse(self, response):
-        return {
-            "name": response.css("title::text").extract_first(),
-            "url": response.url,
-        }
-''',
-    "example/spiders/mycrawler_redis.py": '''from scrapy.linkextractors import LinkExtractor
-from scrapy.spiders import Rule
-
-from scrapy_redis.spiders import RedisCrawlSpider
-
-
-class MyCrawler(RedisCrawlSpider):
-    """Spider that reads urls from redis queue (myspider:start_urls)."""
-
-    name = "mycrawler_redis"
-    redis_key = "mycrawler:start_urls"
-
-    rules = (
-        # follow all links
-        Rule(LinkExtractor(), callback="parse_page", follow=True),
-    )
-
-    def __init__(self, *args, **kwargs):
-        # Dynamically define the allowed domains list.
-        domain = kwargs.pop("domain", "")
-        self.allowed_domains = filter(None, domain.split(","))
-        super().__init__(*args, **kwargs)
-
-    def parse_page(self, response):
-        return {
-            "name": response.css("title::text").extract_first(),
-            "url": response.url,
-        }
+        return {"name": response.css("title::text").get(), "url": response.url}
 ''',
 }
 

@@ -18,6 +18,7 @@ from scrapy.downloadermiddlewares.retry import RetryMiddleware
 from scrapy.downloadermiddlewares.robotstxt import RobotsTxtMiddleware
 from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
 from scrapy.dupefilters import BaseDupeFilter
+from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.python import global_object_name
 
 from crawler.connection import configured_url, mask_url, scrapy_redis_parts
@@ -95,21 +96,38 @@ class Addon:
         if settings.get("REDIS_URL"):
             return
         url = configured_url(settings, self.spidercls)  # RedisUnavailable: the command layer says it in one line
-        params = settings.getdict("REDIS_PARAMS")
-        named = (os.environ.get("REDIS_URL") or settings.get("REDIS_HOST") or settings.get("REDIS_PORT")
-                 or params.get("host") or params.get("port"))
-        if url and not named:  # scrapy-redis's default: say why, and how to have the embedded one
-            why = ", ".join(scrapy_redis_parts(settings, self.spidercls)) or "CRAWLER_EMBEDDED_REDIS is false"
-            logger.info("Addon: Redis %s, the one scrapy-redis uses (%s; CRAWLER_EMBEDDED_REDIS=True "
-                        "for the embedded one)", mask_url(url), why)
-        elif not url:
+        if not url:
             from crawler.embedded import EmbeddedRedis
 
             url = EmbeddedRedis.from_settings(settings).url  # started when first needed
         settings.set("REDIS_URL", url, "addon")
 
+    def say_redis(self, settings: BaseSettings) -> None:
+        """Say it when the addon chose scrapy-redis's default (logging is set
+        up only once the crawler is made, after the choice)."""
+        if settings.getpriority("REDIS_URL") != SETTINGS_PRIORITIES["addon"]:
+            return
+        params = settings.getdict("REDIS_PARAMS")
+        named = (os.environ.get("REDIS_URL") or settings.get("REDIS_HOST") or settings.get("REDIS_PORT")
+                 or params.get("host") or params.get("port"))
+        url = str(settings.get("REDIS_URL"))
+        if not named and not url.startswith("unix://"):
+            why = ", ".join(scrapy_redis_parts(settings, self.spidercls)) or "CRAWLER_EMBEDDED_REDIS is false"
+            logger.info("Addon: Redis %s, the one scrapy-redis uses (%s; CRAWLER_EMBEDDED_REDIS=True "
+                        "for the embedded one)", mask_url(url), why)
+
+    @classmethod
+    def update_pre_crawler_settings(cls, settings: BaseSettings) -> None:
+        """The Redis settled before any spider is built: Scrapy builds the
+        spider before it runs ``update_settings``, and a ``RedisSpider``
+        connects in its ``from_crawler`` (the spider's class is not known
+        yet: the project's spider modules say whether it has scrapy-redis
+        parts)."""
+        cls().settle_redis(settings)
+
     def update_settings(self, settings: BaseSettings) -> None:
-        self.settle_redis(settings)
+        self.settle_redis(settings)  # when the addon came in after the crawler process was made
+        self.say_redis(settings)
         for line in adopt_scrapy_delays(settings, self.spidercls):
             logger.info("Addon: %s", line)
         for name, (theirs, ours) in SCRAPY_REDIS.items():

@@ -103,10 +103,10 @@ def _project_spiders(settings: BaseSettings) -> list[type]:
 def configured_url(settings: BaseSettings, spidercls: type | None = None) -> str:
     """The Redis the settings or the environment name ("" for the embedded
     Redis): ``REDIS_URL``, else scrapy-redis's ``REDIS_HOST``/``REDIS_PORT``/
-    ``REDIS_DB``, else, in a project with scrapy-redis parts (or with
-    ``CRAWLER_EMBEDDED_REDIS`` false), scrapy-redis's default,
-    ``redis://localhost:6379/0``; ``CRAWLER_EMBEDDED_REDIS`` true asks for
-    the embedded Redis instead of that default."""
+    ``REDIS_DB``, else, in a project with scrapy-redis parts, scrapy-redis's
+    default, ``redis://localhost:6379/0``; ``CRAWLER_EMBEDDED_REDIS`` true
+    asks for the embedded Redis instead of that default, false without
+    scrapy-redis parts is an error (``RedisUnavailable``)."""
     url = str(settings.get("REDIS_URL") or os.environ.get("REDIS_URL") or "")
     if url:
         return url

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 
+import pytest
 import redis
 from scrapy.settings import Settings
 
@@ -274,3 +275,12 @@ def test_open_web_spiders_refuse_to_start_without_a_contact(redis_url: str) -> N
     result = run_scrapy(args, scrapy_env(redis_url, CRAWLER_CONTACT=""))
     assert result.returncode == 2  # a setting to set
     assert result.stderr.strip().startswith("crawler: error: the openweb spider crawls the open web: set CRAWLER_CONTACT")
+
+
+def test_the_contact_may_come_from_the_environment_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    template = Settings({"USER_AGENT": "crawler/0.1 (+{contact})"})
+    monkeypatch.delenv("CRAWLER_CONTACT", raising=False)
+    assert user_agent(template) == "crawler/0.1"
+    monkeypatch.setenv("CRAWLER_CONTACT", "ops@x.org")  # an addon project's settings do not read it
+    assert user_agent(template) == "crawler/0.1 (+ops@x.org)"
+    assert user_agent(Settings({**template, "CRAWLER_CONTACT": "web@y.org"})) == "crawler/0.1 (+web@y.org)"

@@ -47,7 +47,8 @@ from scrapy.utils.conf import closest_scrapy_cfg
 from crawler.commands._fail import fail
 from crawler.commands._scrapyd import NodeError, build_egg, call, fetch_tail
 from crawler.commands.crawl import check_spider
-from crawler.settings_registry import SettingsError, setting, validate
+from crawler.middlewares.useragent import contact_of
+from crawler.settings_registry import SettingsError, validate
 
 ACTIONS = ("deploy", "schedule", "status", "cancel")
 
@@ -255,7 +256,7 @@ class Command(ScrapyCommand):
         except SettingsError as exc:
             fail(None, exc)
         if "CRAWLER_CONTACT" not in dict(job_settings):
-            contact = str(setting(settings, "CRAWLER_CONTACT") or "").strip()
+            contact = contact_of(settings)
             if contact:  # from this machine (-s or its environment): the nodes may not have it
                 job_settings.append(("CRAWLER_CONTACT", contact))
         return job_settings

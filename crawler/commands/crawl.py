@@ -23,15 +23,16 @@ import logging
 
 from scrapy.commands.crawl import Command as ScrapyCrawl
 from scrapy.crawler import Crawler
-from scrapy.settings import BaseSettings
 from scrapy.exceptions import UsageError
+from scrapy.settings import BaseSettings
 from scrapy.spiderloader import get_spider_loader
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from crawler.commands._fail import fail, say, status
 from crawler.connection import RedisUnavailable, get_redis, redis_url
-from crawler.settings_registry import SettingsError, setting, validate
+from crawler.middlewares.useragent import contact_of
+from crawler.settings_registry import SettingsError, validate
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def check_spider(settings: BaseSettings, name: str, spargs: dict[str, str]) -> t
             check(**spargs)
         except ValueError as exc:
             raise SettingsError(str(exc)) from None
-    if getattr(spidercls, "requires_contact", False) and not str(setting(settings, "CRAWLER_CONTACT") or "").strip():
+    if getattr(spidercls, "requires_contact", False) and not contact_of(settings):
         raise SettingsError(
             f"the {name} spider crawls the open web: set CRAWLER_CONTACT to a URL or e-mail address where "
             "site owners can reach you (-s CRAWLER_CONTACT=..., the environment variable, or cluster's --setting)"

@@ -7,6 +7,7 @@ parentheses are dropped. Replaces Scrapy's UserAgentMiddleware.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from scrapy.downloadermiddlewares.useragent import UserAgentMiddleware
@@ -18,9 +19,14 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 
+def contact_of(settings: BaseSettings) -> str:
+    """``CRAWLER_CONTACT``: the setting, else the environment variable of that name."""
+    return str(setting(settings, "CRAWLER_CONTACT") or os.environ.get("CRAWLER_CONTACT") or "").strip()
+
+
 def user_agent(settings: BaseSettings) -> str:
     template = str(settings.get("USER_AGENT") or "crawler")
-    contact = str(setting(settings, "CRAWLER_CONTACT") or "").strip()
+    contact = contact_of(settings)
     if "{contact}" not in template:
         return template
     if contact:

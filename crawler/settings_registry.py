@@ -325,7 +325,7 @@ def lock_ttl(settings: BaseSettings) -> float:
 def check_tls(settings: BaseSettings) -> None:
     """Scrapy's TLS settings (versions, ciphers, context factory) when the
     crawler's download handler is the one that reads them."""
-    _load_function("crawler.fetch._tls:check_tls")(settings)
+    _load_function("crawler.fetch.handler:check_tls")(settings)
 
 
 _validated: dict[int, weakref.finalize] = {}  # ids of frozen settings already validated

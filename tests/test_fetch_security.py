@@ -27,7 +27,8 @@ from scrapy.utils.test import get_crawler
 
 from crawler.fetch import DownloadHandler, _openssl
 from crawler.fetch._address import Addresses, BadHost, PrivateAddressRefused, host_problem, is_public
-from crawler.fetch._tls import TLS, TLSProtocol, check_tls
+from crawler.fetch._tls import TLS, TLSProtocol
+from crawler.fetch.handler import check_tls
 from crawler.resolver import HostMap, parse_host_map
 from crawler.settings_registry import SettingsError
 

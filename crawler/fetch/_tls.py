@@ -307,24 +307,6 @@ def _version_limits(settings: BaseSettings) -> tuple[int, int]:
     return minimum or min(SSL.TLS1_2_VERSION, maximum or SSL.TLS1_2_VERSION), maximum or 0
 
 
-def check_tls(settings: BaseSettings) -> None:
-    """``SettingsError`` naming the first bad TLS setting (Scrapy's or the
-    crawler's), if :class:`crawler.fetch.DownloadHandler` downloads http or https."""
-    from scrapy.utils.misc import load_object
-
-    from crawler.fetch.handler import DownloadHandler
-
-    for scheme in ("http", "https"):
-        handler = settings.getdict("DOWNLOAD_HANDLERS").get(scheme)
-        try:
-            handler = load_object(handler) if isinstance(handler, str) else handler
-        except (ImportError, ValueError, NameError, AttributeError):
-            continue  # Scrapy names it when it loads the handlers
-        if isinstance(handler, type) and issubclass(handler, DownloadHandler):
-            TLS(settings)
-            return
-
-
 def log_connection(host: str, connection: SSL.Connection) -> None:
     """What Scrapy logs with ``DOWNLOADER_CLIENT_TLS_VERBOSE_LOGGING``."""
     logger.debug("SSL connection to %s using protocol %s, cipher %s",

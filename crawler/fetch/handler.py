@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from scrapy import Request
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
 
@@ -421,3 +422,19 @@ def _tls_reason(error: Exception) -> str:
     if isinstance(error, SSL.Error) and error.args and isinstance(error.args[0], list):
         return "; ".join(str(part[-1]) for part in error.args[0]) or str(error)
     return str(error) or type(error).__name__
+
+
+def check_tls(settings: BaseSettings) -> None:
+    """``SettingsError`` naming the first bad TLS setting (Scrapy's or the
+    crawler's), if :class:`crawler.fetch.DownloadHandler` downloads http or https."""
+    from scrapy.utils.misc import load_object
+
+    for scheme in ("http", "https"):
+        handler = settings.getdict("DOWNLOAD_HANDLERS").get(scheme)
+        try:
+            handler = load_object(handler) if isinstance(handler, str) else handler
+        except (ImportError, ValueError, NameError, AttributeError):
+            continue  # Scrapy names it when it loads the handlers
+        if isinstance(handler, type) and issubclass(handler, DownloadHandler):
+            TLS(settings)
+            return

@@ -15,7 +15,15 @@ Measured over the steady window (``--warmup`` seconds after the start to
 
     python bench/bench_openweb.py [--domains 3000] [--delay 10] [--seconds 90]
         [--concurrency 1000] [--latency-ms 200] [--bandwidth 500000] [--plain-http]
-        [--only ours|scrapy] [--crawler-root PATH]
+        [--profile classic|small|big|both] [--only ours|scrapy|bare] [--crawler-root PATH]
+
+``--profile``: page sizes of the test web: ``classic`` (the default: the test
+web's own sizes, median 138 kB, mean 242 kB, at ``--bandwidth``, as the
+figures in bench/README.md before the profiles), ``small`` (log-normal median 30 kB,
+mean 70 kB, ``--bandwidth``), ``big`` (median 120 kB, mean 220 kB at 150 kB/s:
+a mean transfer of about 1.5 s), ``both`` one after the other, in one table.
+``--only bare`` runs bench/bare_crawler.py, a bare asyncio crawler written for
+this bench (no storage, no Redis, no crash safety), as a floor of CPU per page.
 
 ``--plain-http`` serves plain HTTP and ``--latency-ms 0 --bandwidth 0`` an
 instant web: figures of such a run are labelled as stripped-down.
@@ -50,12 +58,13 @@ COMPONENTS = (
              "asyncio/sslproto.py",
              "service_identity/", "cryptography/", "contextfactory.py", "downloader/tls.py")),
     ("parse", ("crawler/links.py", "_fastjoin.py", "selectolax", "linkextractors/", "lxml", "parsel/",
-               "canonical.py", "ada_url")),
+               "canonical.py", "ada_url",
+               "bare_links (", "bare_clean (")),  # bench/bare_crawler.py (Lexbor is Cython: unseen)
     ("frontier", ("crawler/scheduler/", "redis/", "hiredis", "crawler/deadletters.py", "scrapy_redis/",
                   "scrapy/core/scheduler.py", "pqueues.py", "queuelib/", "dupefilters.py")),
     ("HTTP", ("twisted/web/", "handlers/http11.py", "twisted/internet/tcp.py", "twisted/internet/endpoints.py",
               "scrapy/http/", "scrapy/responsetypes.py", "resolver.py", "crawler/fetch/",
-              "asyncio/selector_events.py", "asyncio/base_events.py", "/socket.py")),
+              "asyncio/selector_events.py", "asyncio/base_events.py", "/socket.py", "aiohttp/")),
     ("middlewares", ("crawler/middlewares/", "downloadermiddlewares/", "spidermiddlewares/")),
     ("Scrapy engine", ("scrapy/core/", "scrapy/utils/", "scrapy/signalmanager.py", "pydispatch/",
                        "scrapy/extensions/", "crawler/extensions/")),
@@ -128,6 +137,80 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     }
 
 
+#: page-size profiles: (size_median, size_mean, bytes/s per connection); None: --bandwidth
+PROFILES: dict[str, tuple[int, int, int | None]] = {
+    # the test web's own sizes (median 138 kB, mean 242 kB) at --bandwidth: the
+    # figures in bench/README.md before the two profiles below
+    "classic": (138_000, 242_000, None),
+    # HTML of the open web as most pages are: mean about 70 kB (0.14 s at 500 kB/s)
+    "small": (30_000, 70_000, None),
+    # heavy pages on slow links: mean 220 kB at 150 kB/s, a mean transfer of
+    # about 1.5 s (plus the time to first byte)
+    "big": (120_000, 220_000, 150_000),
+}
+BARE = "bare asyncio crawler (no storage, no Redis, no crash safety)"
+
+
+def crawls(args: argparse.Namespace, web: TestWebProcess, redis: RedisServer, tmp: Path,
+           seeds: Path) -> dict[str, tuple[list[str], dict[str, str], Path]]:
+    common = ["-s", "LOG_LEVEL=WARNING", "-s", f"CLOSESPIDER_TIMEOUT={args.seconds}"]
+    if args.concurrency:
+        common += ["-s", f"CONCURRENT_REQUESTS={args.concurrency}"]
+    concurrency = args.concurrency or 1000
+    ours_root = args.crawler_root.resolve()
+    runs = {
+        "ours (billion, defaults)": (
+            [sys.executable, "-m", "scrapy", "crawl", "billion", "-a", f"seeds={seeds}", *common,
+             "-s", f"CRAWLER_DOMAIN_DELAY={args.delay}", "-s", f"CRAWLER_WARC_DIR={tmp / 'warc'}",
+             "-s", "CRAWLER_PROGRESS_INTERVAL=0", *(a for s in args.set for a in ("-s", s))],
+            dict(os.environ, PYTHONPATH=str(ours_root), REDIS_URL=redis.url,
+                 CRAWLER_CONTACT="bench@example.org",
+                 # older checkouts map *.test in their own settings
+                 **({"SCRAPY_SETTINGS_MODULE": "devkit.settings"}
+                    if (ours_root / "devkit" / "settings.py").exists() else {})),
+            ours_root),
+        "plain Scrapy (LinkExtractor)": (
+            [sys.executable, "-m", "scrapy", "crawl", "followall", "-a",
+             f"start_urls={','.join(web.url(d) for d in range(args.domains))}", *common,
+             "-s", f"CONCURRENT_REQUESTS={concurrency}", "-s", "CONCURRENT_REQUESTS_PER_DOMAIN=1",
+             "-s", f"DOWNLOAD_DELAY={args.delay}", "-s", "RANDOMIZE_DOWNLOAD_DELAY=False"],
+            dict(os.environ, PYTHONPATH=str(ROOT), SCRAPY_SETTINGS_MODULE="bench.plain_settings"),
+            ROOT),
+        BARE: (
+            [sys.executable, str(ROOT / "bench" / "bare_crawler.py"), str(seeds), "--delay", str(args.delay),
+             "--seconds", str(args.seconds), "--concurrency", str(concurrency),
+             # the User-Agent ours sends (USER_AGENT with CRAWLER_CONTACT): the same robots group
+             "--user-agent", "crawler/0.1 (+bench@example.org)",
+             *(["--ca-file", web.ca_file] if web.ca_file else [])],
+            dict(os.environ), ROOT),
+    }
+    if args.only:
+        prefix = {"ours": "ours", "scrapy": "plain", "bare": "bare"}[args.only]
+        runs = {k: v for k, v in runs.items() if k.startswith(prefix)}
+    return runs
+
+
+def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess, delay: float) -> None:
+    shares = r["shares"]
+    tls = web.counters()
+    print(f"\n{label_}: {r['pages_s']:.1f} pages/s in the window = {r['pages_s'] / bound:.0%} of "  # type: ignore[operator]
+          f"the bound; {r['pages_per_cpu_s']:.1f} new pages per CPU second "
+          f"({r['cpu_ms']:.2f} CPU ms/page, Redis {r['redis_ms']:.2f}); peak RSS {r['rss_mb']:.0f} MB; "
+          f"{r['pages_total']:,} pages in all; test web so far: {tls['tls_handshakes']:,} TLS "
+          f"handshakes, {tls['tls_resumed']:,} resumed")
+    starts, finishes = r["gaps"]  # type: ignore[misc]
+    limit = delay * 1000
+    if starts:
+        print(f"  politeness at the site: {len(starts):,} intervals; arrival to arrival min "
+              f"{min(starts) / 1000:.3f} s, {sum(g < limit for g in starts)} under {delay:g} s; "
+              f"end of answer to next arrival min {min(finishes) / 1000:.3f} s, "
+              f"{sum(g < limit for g in finishes)} under")
+    if shares:
+        print("  CPU ms per page by component: " + ", ".join(
+            f"{k} {v * r['cpu_ms']:.2f} ({v:.0%})"  # type: ignore[operator]
+            for k, v in sorted(shares.items(), key=lambda kv: -kv[1])))  # type: ignore[union-attr]
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--domains", type=int, default=3000)
@@ -137,87 +220,64 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=50.0, help="seconds before the window (robots.txt of every domain)")
     p.add_argument("--concurrency", type=int, default=0, help="0: each crawler's own default")
     p.add_argument("--latency-ms", type=float, default=200.0)
-    p.add_argument("--bandwidth", type=int, default=500_000, help="bytes/s per connection")
+    p.add_argument("--bandwidth", type=int, default=500_000, help="bytes/s per connection (classic and small)")
+    p.add_argument("--profile", dest="sizes", choices=("classic", "small", "big", "both"), default="classic",
+                   help="page sizes: classic (the test web's, mean 242 kB, as before), small (mean 70 kB), "
+                        "big (mean 220 kB, ~1.5 s transfers) or both (small and big) in turn")
     p.add_argument("--plain-http", action="store_true")
-    p.add_argument("--only", choices=("ours", "scrapy"))
+    p.add_argument("--only", choices=("ours", "scrapy", "bare"))
     p.add_argument("--crawler-root", type=Path, default=ROOT)
     p.add_argument("--profile-dir", type=Path, help="keep py-spy's raw samples here")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a Scrapy setting for our crawl (e.g. CRAWLER_WARC_DIR= : a stripped-down run)")
     args = p.parse_args()
     stripped = args.plain_http or not args.latency_ms or any(s.startswith("CRAWLER_WARC_DIR=") for s in args.set)
-    config = WebConfig(domains=args.domains, pages=args.pages, tls=not args.plain_http,
-                       latency_ms=args.latency_ms, bandwidth=args.bandwidth, crawl_delay_share=0.0,
-                       private_share=0.02, dup_share=0.1, cross_share=0.1)
     bound = args.domains / args.delay
-    concurrency = args.concurrency or 1000
-    with tempfile.TemporaryDirectory() as name:
-        tmp = Path(name)
-        redis = RedisServer(tmp / "redis").start()
-        subprocess.run(["taskset", "-cp", "1", str(redis.proc.pid)], capture_output=True)  # type: ignore[union-attr]
-        web = TestWebProcess(config, cpu=1).start()
-        try:
-            seeds = tmp / "seeds.txt"
-            seeds.write_text("".join(f"{web.url(d)}\n" for d in range(args.domains)))
-            common = ["-s", "LOG_LEVEL=WARNING", "-s", f"CLOSESPIDER_TIMEOUT={args.seconds}"]
-            if args.concurrency:
-                common += ["-s", f"CONCURRENT_REQUESTS={args.concurrency}"]
-            ours_root = args.crawler_root.resolve()
-            runs = {
-                "ours (billion, defaults)": (
-                    [sys.executable, "-m", "scrapy", "crawl", "billion", "-a", f"seeds={seeds}", *common,
-                     "-s", f"CRAWLER_DOMAIN_DELAY={args.delay}", "-s", f"CRAWLER_WARC_DIR={tmp / 'warc'}",
-                     "-s", "CRAWLER_PROGRESS_INTERVAL=0", *(a for s in args.set for a in ("-s", s))],
-                    dict(os.environ, PYTHONPATH=str(ours_root), REDIS_URL=redis.url,
-                         CRAWLER_CONTACT="bench@example.org",
-                         # older checkouts map *.test in their own settings
-                         **({"SCRAPY_SETTINGS_MODULE": "devkit.settings"}
-                            if (ours_root / "devkit" / "settings.py").exists() else {})),
-                    ours_root),
-                "plain Scrapy (LinkExtractor)": (
-                    [sys.executable, "-m", "scrapy", "crawl", "followall", "-a",
-                     f"start_urls={','.join(web.url(d) for d in range(args.domains))}", *common,
-                     "-s", f"CONCURRENT_REQUESTS={concurrency}", "-s", "CONCURRENT_REQUESTS_PER_DOMAIN=1",
-                     "-s", f"DOWNLOAD_DELAY={args.delay}", "-s", "RANDOMIZE_DOWNLOAD_DELAY=False"],
-                    dict(os.environ, PYTHONPATH=str(ROOT), SCRAPY_SETTINGS_MODULE="bench.plain_settings"),
-                    ROOT),
-            }
-            if args.only:
-                runs = {k: v for k, v in runs.items() if k.startswith(args.only) or
-                        (args.only == "scrapy" and k.startswith("plain"))}
-            label = "STRIPPED-DOWN (not the job users run): " if stripped else ""
-            print(f"{label}open web: {args.domains:,} domains over {config.scheme.upper()}, time to first byte "
-                  f"log-normal median {args.latency_ms:g} ms, {args.bandwidth / 1000:g} kB/s per connection, "
-                  f"{args.delay:g} s per domain: politeness bound {bound:.0f} pages/s; crawler on CPU 0, "
-                  f"test web + Redis on CPU 1; steady window {args.warmup:g}-{args.seconds - 5:g} s")
-            results = {}
-            for label_, (cmd, env, cwd) in runs.items():
-                r = results[label_] = run(label_, cmd, env, cwd, web, redis, args, tmp)
-                shares = r["shares"]
-                tls = web.counters()
-                print(f"\n{label_}: {r['pages_s']:.1f} pages/s in the window = {r['pages_s'] / bound:.0%} of "
-                      f"the bound; {r['pages_per_cpu_s']:.1f} new pages per CPU second "
-                      f"({r['cpu_ms']:.2f} CPU ms/page, Redis {r['redis_ms']:.2f}); peak RSS {r['rss_mb']:.0f} MB; "
-                      f"{r['pages_total']:,} pages in all; test web so far: {tls['tls_handshakes']:,} TLS "
-                      f"handshakes, {tls['tls_resumed']:,} resumed")
-                starts, finishes = r["gaps"]  # type: ignore[misc]
-                limit = args.delay * 1000
-                if starts:
-                    print(f"  politeness at the site: {len(starts):,} intervals; arrival to arrival min "
-                          f"{min(starts) / 1000:.3f} s, {sum(g < limit for g in starts)} under {args.delay:g} s; "
-                          f"end of answer to next arrival min {min(finishes) / 1000:.3f} s, "
-                          f"{sum(g < limit for g in finishes)} under")
-                if shares:
-                    print("  CPU ms per page by component: " + ", ".join(
-                        f"{k} {v * r['cpu_ms']:.2f} ({v:.0%})"  # type: ignore[operator]
-                        for k, v in sorted(shares.items(), key=lambda kv: -kv[1])))  # type: ignore[union-attr]
-            if len(results) == 2:
-                ours, plain = results.values()
-                print(f"\nours vs plain Scrapy: x{ours['pages_per_cpu_s'] / max(plain['pages_per_cpu_s'], 1e-9):.1f} "
-                      f"distinct pages per CPU second, x{ours['pages_s'] / max(plain['pages_s'], 1e-9):.1f} pages/s")
-        finally:
-            web.stop()
-            redis.stop()
+    label = "STRIPPED-DOWN (not the job users run): " if stripped else ""
+    table: list[tuple[str, str, dict[str, object]]] = []
+    for sizes in (("small", "big") if args.sizes == "both" else (args.sizes,)):
+        median, mean, bandwidth = PROFILES[sizes]
+        bandwidth = bandwidth or args.bandwidth
+        config = WebConfig(domains=args.domains, pages=args.pages, tls=not args.plain_http,
+                           latency_ms=args.latency_ms, bandwidth=bandwidth, crawl_delay_share=0.0,
+                           private_share=0.02, dup_share=0.1, cross_share=0.1,
+                           size_median=median, size_mean=mean)
+        with tempfile.TemporaryDirectory() as name:
+            tmp = Path(name)
+            redis = RedisServer(tmp / "redis").start()
+            subprocess.run(["taskset", "-cp", "1", str(redis.proc.pid)], check=False, capture_output=True)  # type: ignore[union-attr]
+            web = TestWebProcess(config, cpu=1).start()
+            try:
+                seeds = tmp / "seeds.txt"
+                seeds.write_text("".join(f"{web.url(d)}\n" for d in range(args.domains)))
+                transfer = mean / bandwidth if bandwidth else 0.0
+                print(f"\n=== {label}{sizes} pages, open web: {args.domains:,} domains over "
+                      f"{config.scheme.upper()}, page sizes log-normal median {median / 1000:g} kB mean "
+                      f"{mean / 1000:g} kB, time to first byte log-normal median {args.latency_ms:g} ms, "
+                      f"{bandwidth / 1000:g} kB/s per connection (mean transfer {transfer:.2f} s), "
+                      f"{args.delay:g} s per domain: politeness bound {bound:.0f} pages/s; crawler on CPU 0, "
+                      f"test web + Redis on CPU 1; steady window {args.warmup:g}-{args.seconds - 5:g} s")
+                for label_, (cmd, env, cwd) in crawls(args, web, redis, tmp, seeds).items():
+                    r = run(f"{sizes}-{label_}", cmd, env, cwd, web, redis, args, tmp)
+                    table.append((sizes, label_, r))
+                    report(label_, r, bound, web, args.delay)
+            finally:
+                web.stop()
+                redis.stop()
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    print(f"\n{label}summary (load average before the end {load}; {BARE} is written for this bench)")
+    print(f"{'profile':8} {'crawler':62} {'pages/s':>8} {'of bound':>9} {'CPU ms/page':>12} {'peak RSS MB':>12}")
+    for sizes, label_, r in table:
+        print(f"{sizes:8} {label_:62} {r['pages_s']:8.1f} {r['pages_s'] / bound:9.0%} "  # type: ignore[operator]
+              f"{r['cpu_ms']:12.2f} {r['rss_mb']:12.0f}")
+    for sizes in dict.fromkeys(s for s, _, _ in table):
+        by = {label_.split()[0]: r for s, label_, r in table if s == sizes}
+        if "ours" in by:
+            ratios = [f"ours/{other} {by['ours']['cpu_ms'] / max(by[key]['cpu_ms'], 1e-9):.2f}"  # type: ignore[operator]
+                      for key, other in (("bare", "bare"), ("plain", "scrapy")) if key in by]
+            if ratios:
+                print(f"{sizes}: CPU per page " + ", ".join(ratios))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from scrapy import Request, Spider  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
 
 from crawler.scheduler.frontier import Dedup, Frontier, Item  # noqa: E402
-from crawler.scheduler.keys import Keys  # noqa: E402
+from crawler.scheduler._redis import Keys  # noqa: E402
 from tests.servers import RedisServer  # noqa: E402
 
 ROUND_TRIPS = 0
@@ -76,7 +76,7 @@ def run_scheduler(kind: str, url: str, pages: int, links: int, domains: int) -> 
     else:
         from crawler.scheduler import FrontierScheduler
 
-        settings.update(REQUEST_FINGERPRINTER_CLASS="crawler.scheduler.fingerprint.Fingerprinter",
+        settings.update(REQUEST_FINGERPRINTER_CLASS="crawler.scheduler.Fingerprinter",
                         CRAWLER_ENQUEUE_BATCH=1000)
         crawler = get_crawler(BenchSpider, settings)
         scheduler = FrontierScheduler.from_crawler(crawler)

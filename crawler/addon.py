@@ -38,9 +38,9 @@ from crawler.middlewares.lock import DomainLockMiddleware
 from crawler.middlewares.robots import SharedRobotsMiddleware
 from crawler.middlewares.sizecap import SizeCapMiddleware
 from crawler.middlewares.useragent import ContactUserAgentMiddleware
-from crawler.scheduler.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
-from crawler.scheduler.config import adopt_scrapy_delays
-from crawler.scheduler.fingerprint import Fingerprinter
+from crawler.middlewares.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
+from crawler.scheduler._config import adopt_scrapy_delays
+from crawler.scheduler.identity import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
 from crawler.settings_registry import validate
 

@@ -1,7 +1,7 @@
 -- Shared helpers, prepended to every script of this folder by
--- crawler/scheduler/scripts.py. KEYS[1] of every script is the frontier's
+-- crawler/scheduler/_redis.py. KEYS[1] of every script is the frontier's
 -- base key, "<prefix>:{<spider>:<shard>}"; the names built from it, and what
--- each key holds, are in the one key layout table: crawler/scheduler/keys.py.
+-- each key holds, are in the one key layout table: crawler/scheduler/_redis.py.
 -- A record is "<domain>\n<priority>\n<serialized request>".
 
 local function now_ms()

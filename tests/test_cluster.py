@@ -9,7 +9,7 @@ import pytest
 from redis.cluster import RedisCluster, key_slot
 
 from crawler.scheduler.frontier import Dedup, Frontier, Item, Politeness
-from crawler.scheduler.keys import Keys
+from crawler.scheduler._redis import Keys
 from tests.servers import RedisClusterServers
 
 

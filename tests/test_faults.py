@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler.scheduler import codec
+from crawler.scheduler import _codec as codec
 from crawler.scheduler.frontier import Frontier
-from crawler.scheduler.keys import Keys
+from crawler.scheduler._redis import Keys
 from devkit.testweb.site import Site
 from tests.servers import ROOT, RedisServer, cpu_seconds, scrapy_env
 from tests.test_scheduler import all_pages, crawl_cmd, page_fetches, start

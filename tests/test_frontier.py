@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from crawler.scheduler.frontier import Dedup, Frontier, FrontierConfigError, Item, Politeness
-from crawler.scheduler.keys import Keys
-from crawler.scheduler.marks import Ack
-from crawler.scheduler.scripts import Scripts
+from crawler.scheduler._redis import Keys
+from crawler.scheduler._leases import Ack
+from crawler.scheduler._redis import Scripts
 from tests.servers import ROOT
 
 

@@ -57,7 +57,7 @@ def test_addon_in_a_new_project_with_two_processes(redis_url: str, make_web, tmp
     errs = [p.communicate(timeout=120)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), errs[0][-3000:]
     assert "crawler.addon.Addon" in errs[0]
-    assert "crawler.scheduler.acks.FrontierAckDownloaderMiddleware" in errs[0]
+    assert "crawler.middlewares.acks.FrontierAckDownloaderMiddleware" in errs[0]
     assert "DomainLockMiddleware" not in errs[0].split("Enabled downloader middlewares")[1].split("]")[0]
     fetched = Counter((e.domain, e.path) for e in web.log() if e.path != "/robots.txt")
     assert {(d, f"/p/{k}.html") for d in web.domains for k in range(1, 15)} <= set(fetched)

@@ -1,4 +1,4 @@
-"""Redis losing the frontier mid-crawl is detected (``crawler/scheduler/epoch.py``):
+"""Redis losing the frontier mid-crawl is detected (``crawler/scheduler/_outage.py``):
 a flush, a restart without persistence, a restart from an older snapshot; and
 a Redis that saves nothing gets one warning at start. Real redis-server
 processes without persistence, real crawls of the test web."""
@@ -19,9 +19,9 @@ import redis
 from scrapy.utils.test import get_crawler
 
 from crawler.connection import persistence_warning
-from crawler.scheduler.epoch import REPLACED, REWOUND, SEQ_MARGIN, VANISHED, FrontierLost, on_loss_policy
+from crawler.scheduler._outage import REPLACED, REWOUND, SEQ_MARGIN, VANISHED, FrontierLost, on_loss_policy
 from crawler.scheduler.frontier import Frontier, Item, Politeness
-from crawler.scheduler.keys import Keys
+from crawler.scheduler._redis import Keys
 from crawler.settings_registry import SettingsError
 from tests.servers import ROOT, RedisServer, scrapy_env
 

@@ -17,9 +17,9 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from crawler.commands._frontier import add_frontier_options, open_frontiers
-from crawler.scheduler.deadletters import DeadLetters
+from crawler.scheduler._stores import DeadLetters
 from crawler.scheduler.frontier import Frontier
-from crawler.scheduler.ledger import Ledger, describe
+from crawler.scheduler._leases import Ledger, describe
 
 
 def report(frontier: Frontier) -> dict[str, Any]:

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from scrapy.http import Response
 
     from crawler.scheduler.frontier import Frontier
-    from crawler.scheduler.keys import Keys
+    from crawler.scheduler._redis import Keys
 
 logger = logging.getLogger(__name__)
 

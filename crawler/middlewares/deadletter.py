@@ -19,7 +19,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 
 from crawler.fetch.errors import REFUSED, reason
 from crawler.meta import DEAD, ROBOTS
-from crawler.scheduler.access import uses_frontier
+from crawler.scheduler.scheduler import uses_frontier
 from crawler.scheduler.service import frontier_service
 from crawler.settings_registry import setting
 

@@ -56,10 +56,10 @@ from crawler.fallback import cannot_connect, fallback_request
 from crawler.meta import DEAD, DELAY, END, LEASE, MAX_PAGE_BYTES, ROBOTS
 from crawler.middlewares.useragent import robots_agent
 from crawler.robots import Rules, compile_rules
-from crawler.scheduler.access import uses_frontier
-from crawler.scheduler.domains import domain_of
-from crawler.scheduler.marks import DISALLOWED
-from crawler.scheduler.outage import REDIS_ERRORS
+from crawler.scheduler.scheduler import uses_frontier
+from crawler.scheduler.identity import domain_of
+from crawler.scheduler._leases import DISALLOWED
+from crawler.scheduler._outage import REDIS_ERRORS
 from crawler.scheduler.service import frontier_service
 from crawler.settings_registry import setting
 

@@ -1,7 +1,7 @@
 """The frontier scheduler: Scrapy's scheduler contract on the Redis frontier.
 
     SCHEDULER = "crawler.scheduler.FrontierScheduler"
-    REQUEST_FINGERPRINTER_CLASS = "crawler.scheduler.fingerprint.Fingerprinter"
+    REQUEST_FINGERPRINTER_CLASS = "crawler.scheduler.Fingerprinter"
 
 Order guarantees. Requests are queued per registered domain. Within a domain,
 a higher ``priority`` comes first, and requests of one priority come out in
@@ -28,30 +28,34 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import redis
+from scrapy.utils.misc import load_object
 from twisted.internet import task
 
 from crawler.connection import _reason, get_redis, mask_url, persistence_warning
-from crawler.scheduler import codec
+from crawler.scheduler import _codec as codec
+from crawler.scheduler._config import FrontierSettings, warn_ignored
+from crawler.scheduler._intake import EngineWaker, Intake
+from crawler.scheduler._leases import LOST, STORED, Leases, Marks
+from crawler.scheduler._outage import (
+    REDIS_ERRORS,
+    FrontierLost,
+    LossWatch,
+    RedisGuard,
+    on_loss_policy,
+)
+from crawler.scheduler._redis import Keys
 from crawler.scheduler._stats import inc
-from crawler.scheduler.canonical import Canonicalizer
-from crawler.scheduler.config import FrontierSettings, warn_ignored
-from crawler.scheduler.deadletters import DeadLetters
-from crawler.scheduler.epoch import FrontierLost, LossWatch, on_loss_policy
-from crawler.scheduler.forwarding import Inbox, Outbox
+from crawler.scheduler._stores import DeadLetters
+from crawler.scheduler._writes import Inbox, Offers, Outbox, WriteBuffer
 from crawler.scheduler.frontier import Frontier
-from crawler.scheduler.intake import EngineWaker, Intake
-from crawler.scheduler.keys import Keys
-from crawler.scheduler.leases import Leases
-from crawler.scheduler.marks import LOST, STORED, Marks
-from crawler.scheduler.offers import Offers
-from crawler.scheduler.outage import REDIS_ERRORS, RedisGuard
+from crawler.scheduler.identity import Canonicalizer
 from crawler.scheduler.service import FrontierService
-from crawler.scheduler.writes import WriteBuffer
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
+
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +142,7 @@ class FrontierScheduler:
         self.writes.cancel()
         if self._flusher is not None and self._flusher.running:
             self._flusher.stop()
-        if self.guard.halted:  # the frontier was lost (epoch.py): nothing more is written to it
+        if self.guard.halted:  # the frontier was lost (_outage.py): nothing more is written to it
             return
         assert self.frontier is not None
         if self.leases.storage is not None:  # pages on their way to storage: acknowledged once there
@@ -203,7 +207,7 @@ class FrontierScheduler:
         return offered
 
     def flush_pending(self) -> None:
-        """Store buffered requests and acknowledgements now (``writes.py``)."""
+        """Store buffered requests and acknowledgements now (``_writes.py``)."""
         result = self.writes.flush()
         if result is not None and result.added:
             self.intake.added()
@@ -256,7 +260,7 @@ class FrontierScheduler:
         """The next leased request, or None while nothing is due.
 
         Leased requests come in batches of up to ``CRAWLER_PREFETCH``; when
-        the batch is used up, the next call is paced by ``intake.py``, and
+        the batch is used up, the next call is paced by ``_intake.py``, and
         the engine is woken when something may be due.
         """
         if not self.intake.buffer and self.intake.due():
@@ -331,3 +335,10 @@ def _age(seconds: float) -> str:
     if seconds < 172800:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} days"
+
+
+def uses_frontier(crawler: Crawler) -> bool:
+    """Whether the crawl is configured with the frontier scheduler."""
+    scheduler = crawler.settings.get("SCHEDULER")
+    cls = load_object(scheduler) if isinstance(scheduler, str) else scheduler
+    return isinstance(cls, type) and issubclass(cls, FrontierScheduler)

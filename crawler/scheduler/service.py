@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 import redis
 
 from crawler.meta import ATTEMPTS, DEAD
+from crawler.scheduler._leases import Ledger, describe
+from crawler.scheduler._outage import REDIS_ERRORS
 from crawler.scheduler._stats import inc
-from crawler.scheduler.deadletters import DeadLetter, DeadLetters
-from crawler.scheduler.domains import domain_of
-from crawler.scheduler.ledger import Ledger, describe
-from crawler.scheduler.outage import REDIS_ERRORS
+from crawler.scheduler._stores import DeadLetter, DeadLetters
+from crawler.scheduler.identity import domain_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -36,11 +36,11 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
+    from crawler.scheduler._leases import Storage
+    from crawler.scheduler._outage import RedisGuard
+    from crawler.scheduler._stores import DomainLocks, RobotsStore
     from crawler.scheduler.frontier import Frontier
-    from crawler.scheduler.leases import Storage
-    from crawler.scheduler.outage import RedisGuard
     from crawler.scheduler.scheduler import FrontierScheduler
-    from crawler.scheduler.stores import DomainLocks, RobotsStore
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class FrontierService:
                 self.guard.failed(exc)
 
     def ledger(self) -> None:
-        """Log the frontier's ledger (``ledger.py``): every URL it admitted,
+        """Log the frontier's ledger (``_leases.py``): every URL it admitted,
         by state, and whether they add up; in the stats as ``crawler/ledger/*``."""
         try:
             ledger = Ledger.from_status(self.frontier.status()).as_dict()

@@ -16,7 +16,8 @@ from crawler.settings_registry import SettingsError, lease_seconds, setting
 if TYPE_CHECKING:
     import redis
 
-    from crawler.scheduler.keys import Keys
+    from crawler.scheduler._redis import Keys
+
 
 logger = logging.getLogger(__name__)
 

@@ -22,9 +22,8 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 
 from crawler.meta import LEASE
-from crawler.scheduler.access import uses_frontier
-from crawler.scheduler.leases import end_of
-from crawler.scheduler.marks import DEAD, SKIPPED, STORED
+from crawler.scheduler._leases import DEAD, SKIPPED, STORED, end_of
+from crawler.scheduler.scheduler import uses_frontier
 from crawler.scheduler.service import frontier_service
 
 if TYPE_CHECKING:

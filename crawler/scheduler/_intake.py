@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
+    from crawler.scheduler._leases import Ack
     from crawler.scheduler.frontier import Frontier, Leased
-    from crawler.scheduler.marks import Ack
+
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,6 @@
-"""Redis losing the frontier is noticed, said once, and stops the crawl.
+"""Redis going away (an outage: calls fail, the worker holds what it has and
+retries) or losing the frontier (the data is gone: said once, and the crawl
+stops).
 
 The frontier keeps an epoch record, ``<base>:epoch`` (an id and when it was
 made, on the server's clock), written by ``epoch.lua`` when a worker opens a
@@ -18,6 +20,18 @@ stat ``crawler/exit/error``, and, as ``CRAWLER_ON_FRONTIER_LOSS`` says,
 ``stop`` (nothing more is written to the frontier; the crawl closes with
 finish reason ``frontier_lost``) or ``continue`` (a new epoch; the crawl goes
 on with what is written from now on).
+
+:class:`RedisGuard` runs the scheduler's Redis calls: when one fails with a
+connection error, the outage is logged once, the calls stop, and the next
+attempt comes after a backoff (0.5 s doubling up to 5 s) that wakes the
+engine; the first call that succeeds logs the way back. While Redis is
+away the crawl is paused, not closed (``down`` keeps it open), and what
+was buffered stays buffered. The middlewares that talk to Redis catch
+``REDIS_ERRORS`` too. Whether Redis came back with the frontier it had is
+not known here: a call that finds it gone or older raises
+:class:`~crawler.scheduler._outage.FrontierLost`, handed to ``on_lost``
+(above); once the crawl stops for that, :meth:`RedisGuard.halt`
+ends every call.
 """
 
 from __future__ import annotations
@@ -25,16 +39,22 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import redis
+
+from crawler.connection import _reason, mask_url
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+    from scrapy.statscollectors import StatsCollector
 
     from crawler.scheduler.frontier import Frontier
     from crawler.scheduler.scheduler import FrontierScheduler
+
 
 logger = logging.getLogger(__name__)
 
@@ -198,3 +218,80 @@ class LossWatch:
         if engine is not None and engine.spider is not None:
             engine.unpause()
             deferred_from_coro(engine.close_spider_async(reason=FINISH_REASON))
+
+
+logger = logging.getLogger(__name__)
+
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
+_MAX_BACKOFF = 5.0  # seconds between reconnect attempts during an outage
+
+
+class RedisGuard:
+    def __init__(self, url: str, stats: StatsCollector | None, wake_in: Callable[[float], None]) -> None:
+        self.url = url
+        self.stats = stats
+        self.wake_in = wake_in  # wake the engine this many seconds from now
+        self.down_since: float | None = None
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.halted = False
+        self.on_lost: Callable[[FrontierLost], None] | None = None
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+    def call(self, call: Callable[[], None]) -> None:
+        """``call()``, unless Redis is away and the next attempt is not due;
+        an outage is noted (once) instead of raised."""
+        if not self.due():
+            return
+        try:
+            call()
+        except REDIS_ERRORS as exc:
+            self.failed(exc)
+        except FrontierLost as exc:
+            self.back()
+            if self.on_lost is None:
+                raise
+            try:
+                self.on_lost(exc)
+            except REDIS_ERRORS as again:
+                self.failed(again)
+        else:
+            self.back()
+
+    def due(self) -> bool:
+        """False while Redis is away and the next attempt is not due yet,
+        and for good once halted."""
+        if self.halted:
+            return False
+        return self.down_since is None or time.monotonic() >= self.retry_at
+
+    def halt(self) -> None:
+        """No more calls: the frontier is lost and the crawl is stopping."""
+        self.halted = True
+
+    def failed(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = now
+            self.attempts = 0
+            logger.error("Redis at %s is unreachable (%s): crawl paused, what this worker holds "
+                         "is kept for when it is back; reconnecting with backoff",
+                         mask_url(self.url), _reason(exc))
+            self._inc("crawler/redis/outages")
+        self.attempts += 1
+        self._inc("crawler/redis/reconnect_attempts")
+        self.retry_at = now + min(_MAX_BACKOFF, 0.25 * 2 ** min(self.attempts, 8))
+        self.wake_in(self.retry_at - now)
+
+    def back(self) -> None:
+        if self.down_since is not None:
+            logger.warning("Redis at %s is back after %.1fs: crawl resumed",
+                           mask_url(self.url), time.monotonic() - self.down_since)
+            self.down_since = None
+
+    def _inc(self, key: str) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(key)

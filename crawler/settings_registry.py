@@ -284,7 +284,15 @@ RULES: tuple[str, ...] = (
     "crawler.settings_registry:lease_seconds",
     "crawler.settings_registry:lock_ttl",
     "crawler.settings_registry:check_tls",
+    "crawler.settings_registry:moved_paths",
 )
+
+# component paths of earlier releases, and where they are now
+MOVED = {
+    "crawler.scheduler.fingerprint.Fingerprinter": "crawler.scheduler.Fingerprinter",
+    "crawler.scheduler.acks.FrontierAckDownloaderMiddleware": "crawler.middlewares.acks.FrontierAckDownloaderMiddleware",
+    "crawler.scheduler.acks.FrontierAckSpiderMiddleware": "crawler.middlewares.acks.FrontierAckSpiderMiddleware",
+}
 
 
 def _timeout(settings: BaseSettings) -> float:
@@ -326,6 +334,19 @@ def check_tls(settings: BaseSettings) -> None:
     """Scrapy's TLS settings (versions, ciphers, context factory) when the
     crawler's download handler is the one that reads them."""
     _load_function("crawler.fetch.handler:check_tls")(settings)
+
+
+def moved_paths(settings: BaseSettings) -> None:
+    """A component named by a path it had in an earlier release: one line
+    naming the path it has now, instead of Scrapy's import traceback."""
+    for name in ("REQUEST_FINGERPRINTER_CLASS", "SCHEDULER"):
+        value = settings.get(name)
+        if isinstance(value, str) and value in MOVED:
+            raise SettingsError(f"{name}: {value} moved, use {MOVED[value]}")
+    for name in ("DOWNLOADER_MIDDLEWARES", "SPIDER_MIDDLEWARES", "EXTENSIONS"):
+        for path in settings.getwithbase(name):
+            if isinstance(path, str) and path in MOVED:
+                raise SettingsError(f"{name}: {path} moved, use {MOVED[path]}")
 
 
 _validated: dict[int, weakref.finalize] = {}  # ids of frozen settings already validated

@@ -141,6 +141,12 @@ def test_the_count_of_bad_values(tmp_path: Path, capsys: pytest.CaptureFixture[s
     ({"DOWNLOAD_TLS_MIN_VERSION": "TLSv1.3", "DOWNLOAD_TLS_MAX_VERSION": "TLSv1.2",
       "DOWNLOAD_HANDLERS": {"https": "crawler.fetch.DownloadHandler"}},
      r"DOWNLOAD_TLS_MIN_VERSION \(TLSv1.3\) is above DOWNLOAD_TLS_MAX_VERSION \(TLSv1.2\)"),
+    ({"REQUEST_FINGERPRINTER_CLASS": "crawler.scheduler.fingerprint.Fingerprinter"},
+     "REQUEST_FINGERPRINTER_CLASS: crawler.scheduler.fingerprint.Fingerprinter moved, "
+     "use crawler.scheduler.Fingerprinter"),
+    ({"DOWNLOADER_MIDDLEWARES": {"crawler.scheduler.acks.FrontierAckDownloaderMiddleware": 1}},
+     "DOWNLOADER_MIDDLEWARES: crawler.scheduler.acks.FrontierAckDownloaderMiddleware moved, "
+     "use crawler.middlewares.acks.FrontierAckDownloaderMiddleware"),
 ])
 def test_cross_field_rules(values: dict[str, Any], message: str) -> None:
     with pytest.raises(SettingsError, match=f"^{message}"):

@@ -4,7 +4,14 @@
 -- each key holds, are in the one key layout table: crawler/scheduler/_redis.py.
 -- A record is "<domain>\n<priority>\n<serialized request>".
 
+-- The frontier's clock, ms. CLOCK_KEY: nil (the server's TIME), or the key
+-- of a test clock (crawler/clock.py ManualClock) that crawler/scheduler/_redis.py
+-- writes into the next line as sent, on one line, for tests on one Redis only.
+local CLOCK_KEY = nil
 local function now_ms()
+  if CLOCK_KEY then
+    return tonumber(redis.call('GET', CLOCK_KEY) or error('manual clock key ' .. CLOCK_KEY .. ' is not set'))
+  end
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import redis
 
+from crawler.clock import ManualClock
 from devkit.testweb.config import WebConfig
 from devkit.testweb.control import TestWebProcess
 from tests.servers import RedisServer
@@ -31,6 +32,13 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture
+def clock(redis_client: redis.Redis) -> ManualClock:
+    """A clock this test moves (``clock.advance(seconds)``), shown to the Lua
+    scripts through its key on the test's Redis (``crawler/clock.py``)."""
+    return ManualClock(redis_client)
 
 
 @pytest.fixture

@@ -7,7 +7,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import redis
 
@@ -15,6 +17,7 @@ from crawler.embedded import find_redis_server
 from devkit.process import stop as stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -117,6 +120,21 @@ def run_scrapy(args: list[str], env: dict[str, str], *, cwd: Path = ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
+def wait_until(predicate: Callable[[], T], timeout: float, what: str = "", every: float = 0.02) -> T:
+    """Ask ``predicate`` every ``every`` seconds until it answers something
+    true, and return that; ``TimeoutError`` naming ``what`` after ``timeout``
+    seconds. For waiting on another process; a test of this process's own
+    timing drives a ``crawler.clock.ManualClock`` instead."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = predicate()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what or getattr(predicate, '__name__', 'condition')}: not within {timeout} s")
+        time.sleep(every)
+
+
 def have_redis() -> bool:
     try:
         find_redis_server()
@@ -125,7 +143,8 @@ def have_redis() -> bool:
         return False
 
 
-__all__ = ["ROOT", "RedisClusterServers", "RedisServer", "free_port", "have_redis", "run_scrapy", "scrapy_env"]
+__all__ = ["ROOT", "RedisClusterServers", "RedisServer", "free_port", "have_redis", "run_scrapy", "scrapy_env",
+           "wait_until"]
 
 
 class RedisClusterServers:

@@ -1,18 +1,30 @@
-"""The frontier's Redis side: dedup, queues, politeness, leases, delays, batching."""
+"""The frontier's Redis side: dedup, queues, politeness, leases, delays, batching.
+
+Time is a :class:`~crawler.clock.ManualClock` (the ``clock`` fixture) that
+the scripts read too: nothing sleeps, and times are asserted to the ms. A
+domain's next turn is set 1 ms after its request's mark (``_lib.lua``:
+marks are placed late rather than early).
+"""
 
 from __future__ import annotations
 
 import re
-import time
 from hashlib import sha256
+from itertools import pairwise
 
 import pytest
 import redis
 
-from crawler.scheduler.frontier import Dedup, Frontier, FrontierConfigError, Item, Politeness
-from crawler.scheduler._redis import Keys
+from crawler.clock import ManualClock
 from crawler.scheduler._leases import Ack
-from crawler.scheduler._redis import Scripts
+from crawler.scheduler._redis import Keys, Scripts
+from crawler.scheduler.frontier import (
+    Dedup,
+    Frontier,
+    FrontierConfigError,
+    Item,
+    Politeness,
+)
 from tests.servers import ROOT
 
 
@@ -107,90 +119,97 @@ def test_one_domain_cannot_starve_the_others(redis_client: redis.Redis) -> None:
     assert sorted(x.domain for x in got.items) == ["c1.test", "c2.test", "hot.test"]
 
 
-def test_minimum_delay_on_the_server_clock(redis_client: redis.Redis) -> None:
-    f = make(redis_client, politeness=Politeness(delay=0.3))
+def test_minimum_delay_on_the_server_clock(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, politeness=Politeness(delay=0.3), clock=clock)
     f.add([item(f"u{i}") for i in range(3)])
     stamps, acks = [], []
-    deadline = time.monotonic() + 5
-    while len(stamps) < 3 and time.monotonic() < deadline:
+    for _ in range(1000):  # a call every ms
         got = f.take(10, acks)  # each request is done at once: acknowledged with the next call
         acks = []
         assert len(got.items) <= 1
         if got.items:
             stamps.append(got.now_ms)
             acks = [got.items[0].lease]
-        time.sleep(0.01)
-    assert len(stamps) == 3
-    assert min(b - a for a, b in zip(stamps, stamps[1:])) >= 300
+        if len(stamps) == 3:
+            break
+        clock.advance(0.001)
+    # acknowledged 1 ms after its lease (the next call), marked 1 ms late, then the 300 ms delay
+    assert [b - a for a, b in pairwise(stamps)] == [302, 302]
     counters = f.status()["counters"]
     assert counters.get("denials", 0) == 0  # nothing was popped and pushed back
 
 
-def test_a_domain_is_parked_until_its_request_is_done(redis_client: redis.Redis) -> None:
-    f = make(redis_client, politeness=Politeness(delay=0.3))
+def test_a_domain_is_parked_until_its_request_is_done(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, politeness=Politeness(delay=0.3), clock=clock)
     f.add([item(f"u{i}") for i in range(3)] + [item("other", "other.test")])
     first = f.take(10)
     assert sorted(x.domain for x in first.items) == ["a.test", "other.test"]
     lease = next(x.lease for x in first.items if x.domain == "a.test")
-    time.sleep(0.5)  # longer than the delay: still parked, its request is out
+    clock.advance(0.5)  # longer than the delay: still parked, its request is out
     assert f.take(10).items == []
     assert redis_client.zscore(f.keys.ready, "a.test") is None
-    # done 200 ms ago (the worker's clock): due 100 ms after the acknowledgement
-    acked = f.take(10, [Ack(lease, time.monotonic() - 0.2)])
+    # done 250 ms ago (the worker's clock): due 50 ms (and the 1 ms mark) after the acknowledgement
+    acked = f.take(10, [Ack(lease, clock.monotonic() - 0.25)])
     assert acked.items == []
-    assert 90 <= acked.next_due_ms - acked.now_ms <= 101
-    time.sleep(0.12)
+    assert acked.next_due_ms - acked.now_ms == 51
+    clock.advance(0.05)
+    assert f.take(10).items == []  # 1 ms early
+    clock.advance(0.001)
     again = f.take(10)
     assert [x.domain for x in again.items] == ["a.test"]
     # a lease that expires unparks its domain too, the delay running from then
     f.take(10, [again.items[0].lease])
-    time.sleep(0.35)
+    clock.advance(0.301)
     f.lease_ms = 100
     lost = f.take(10)  # its worker dies: never acknowledged
     assert [x.domain for x in lost.items] == ["a.test"]
     assert redis_client.hget(f.keys.dom("a.test"), "busy") == lost.items[0].lease.encode()
-    time.sleep(0.15)
+    clock.advance(0.099)
+    f.take(0)
+    assert redis_client.hget(f.keys.dom("a.test"), "busy") is not None  # 1 ms before its deadline
+    clock.advance(0.001)
     expired = f.take(0)  # returns the expired lease to its queue
     assert redis_client.hget(f.keys.dom("a.test"), "busy") is None
-    assert 290 <= redis_client.zscore(f.keys.ready, "a.test") - expired.now_ms <= 301
+    assert redis_client.zscore(f.keys.ready, "a.test") - expired.now_ms == 300
 
 
-def test_token_bucket_burst_then_rate(redis_client: redis.Redis) -> None:
-    f = make(redis_client, politeness=Politeness(rate=5, burst=3))
+def test_token_bucket_burst_then_rate(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, politeness=Politeness(rate=5, burst=3), clock=clock)
     f.add([item(f"u{i}") for i in range(6)])
     first = f.take(10)
     assert len(first.items) == 3  # the burst
-    assert first.next_due_ms - first.now_ms == pytest.approx(200, abs=2)
-    t0, taken = first.now_ms, 3
-    while taken < 6:
+    assert first.next_due_ms - first.now_ms == 200
+    t0, stamps = first.now_ms, []
+    for _ in range(1000):  # a call every ms
+        clock.advance(0.001)
         got = f.take(10)
-        taken += len(got.items)
-        # never more than the burst plus what the rate allows since t0
-        assert taken <= 3 + (got.now_ms - t0) * 5 / 1000
-        time.sleep(0.005)
+        stamps += [got.now_ms - t0] * len(got.items)
+        if len(stamps) == 3:
+            break
+    assert stamps == [200, 400, 600]  # then one token every 1 / rate seconds
 
 
-def test_overrides_from_settings_and_live_from_redis(redis_client: redis.Redis) -> None:
-    f = make(redis_client, politeness=Politeness(delay=0), overrides={"slow.test": {"delay": 60}})
+def test_overrides_from_settings_and_live_from_redis(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, politeness=Politeness(delay=0), overrides={"slow.test": {"delay": 60}}, clock=clock)
     f.add([item(f"s{i}", "slow.test") for i in range(3)] + [item(f"f{i}", "fast.test") for i in range(3)])
     got = f.take(10)
     assert [x.domain for x in got.items].count("slow.test") == 1
     assert [x.domain for x in got.items].count("fast.test") == 3
     f.set_policy("slow.test", delay=0)  # an operator lifts it while the crawl runs
     slow = next(x.lease for x in got.items if x.domain == "slow.test")
-    assert f.take(10, [slow]).next_due_ms <= time.time() * 1000 + 2  # once its request is done, no delay
-    time.sleep(0.005)
+    assert f.take(10, [slow]).next_due_ms == clock.ms() + 1  # once its request is done, no delay
+    clock.advance(0.001)
     assert len(f.take(10).items) == 2
 
 
-def test_robots_crawl_delay_raises_the_delay(redis_client: redis.Redis) -> None:
-    f = make(redis_client, politeness=Politeness(delay=0))
+def test_robots_crawl_delay_raises_the_delay(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, politeness=Politeness(delay=0), clock=clock)
     f.set_robots_delay("a.test", 30)
     f.add([item(f"u{i}") for i in range(3)])
     got = f.take(10)
     assert len(got.items) == 1 and got.next_due_ms is None  # parked while its request is out
-    done = f.take(10, [Ack(got.items[0].lease, time.monotonic())])
-    assert 29_990 <= done.next_due_ms - done.now_ms <= 30_001
+    done = f.take(10, [Ack(got.items[0].lease, clock.monotonic())])
+    assert done.next_due_ms - done.now_ms == 30_001
 
 
 def test_a_retried_dequeue_returns_the_same_leases(redis_client: redis.Redis) -> None:
@@ -206,24 +225,27 @@ def test_a_retried_dequeue_returns_the_same_leases(redis_client: redis.Redis) ->
     assert redis_client.keys(f"{f.keys.base}:call:*") == [f"{f.keys.base}:call:c2".encode()]
 
 
-def test_expired_leases_go_back_to_the_front(redis_client: redis.Redis) -> None:
-    f = make(redis_client, lease_seconds=0.3)
+def test_expired_leases_go_back_to_the_front(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, lease_seconds=0.3, clock=clock)
     f.add([item("first"), item("second")])
     leased = f.take(1)
     assert [x.entry for x in leased.items] == [b"first"]
     assert f.pending() == 2
-    time.sleep(0.35)
+    clock.advance(0.299)
+    f.take(0)
+    assert "leases_expired" not in f.status()["counters"]  # 1 ms before its deadline
+    clock.advance(0.001)
     again = f.take(1)  # any worker's dequeue returns expired leases
     assert [x.entry for x in again.items] == [b"first"]
     assert f.status()["counters"]["leases_expired"] == 1
 
 
-def test_acknowledged_leases_never_come_back(redis_client: redis.Redis) -> None:
-    f = make(redis_client, lease_seconds=0.2)
+def test_acknowledged_leases_never_come_back(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, lease_seconds=0.2, clock=clock)
     f.add([item("only")])
     leased = f.take(5)
     assert f.add([], acks=[leased.items[0].lease]).acked == 1
-    time.sleep(0.25)
+    clock.advance(0.25)
     assert f.take(5).items == [] and f.pending() == 0
 
 
@@ -235,17 +257,17 @@ def test_release_hands_back_immediately(redis_client: redis.Redis) -> None:
     assert [x.entry for x in f.take(5).items] == [b"a", b"b"]
 
 
-def test_delayed_requests_wait_on_the_server_clock(redis_client: redis.Redis) -> None:
-    f = make(redis_client)
+def test_delayed_requests_wait_on_the_server_clock(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, clock=clock)
     f.add([item("retry-me")])
     leased = f.take(1).items[0]
     assert f.delay([(0.4, leased.domain, leased.priority, leased.entry)], acks=[leased.lease]) == 1
     assert f.status()["leases"] == 0 and f.status()["delayed"] == 1
-    started = time.monotonic()
-    while not (got := f.take(1)).items:
-        time.sleep(0.02)
-    assert time.monotonic() - started >= 0.35
-    assert got.items[0].entry == b"retry-me"
+    clock.advance(0.399)
+    assert f.take(1).items == []
+    clock.advance(0.001)
+    got = f.take(1)
+    assert [x.entry for x in got.items] == [b"retry-me"]
 
 
 def test_push_domain_back(redis_client: redis.Redis) -> None:
@@ -284,8 +306,11 @@ def test_keys_share_one_hash_tag() -> None:
         Keys("crawler", "bad{name}", 0)
 
 
-def test_script_errors_name_their_own_file_and_line(redis_client: redis.Redis) -> None:
-    scripts = Scripts(redis_client)
+@pytest.mark.parametrize("manual", [False, True], ids=["server-clock", "manual-clock"])
+def test_script_errors_name_their_own_file_and_line(redis_client: redis.Redis, clock: ManualClock,
+                                                    manual: bool) -> None:
+    # a manual clock's key is written into one line of _lib.lua: the lines still map
+    scripts = Scripts(redis_client, clock.script_key if manual else None)
     lua = ROOT / "lua"
     cases = ((["x", 1000, 0, 1, 0, "", "", 0], "dequeue.lua", "want"),  # a count that is not a number
              ([10, 1000, 0, 1, 0, "", "", "y"], "_lib.lua", "for i = 1, n"))  # a list length that is not

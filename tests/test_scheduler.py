@@ -7,13 +7,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter, defaultdict
 
 import redis
 
 from devkit.testweb.control import LogEntry, TestWebProcess
-from tests.servers import ROOT, run_scrapy, scrapy_env
+from tests.servers import ROOT, run_scrapy, scrapy_env, wait_until
 
 SMALL = dict(links=5, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2, crawl_delay_share=0)
 
@@ -68,12 +67,9 @@ def test_a_killed_worker_loses_nothing(redis_url: str, make_web) -> None:
     cmd = crawl_cmd(web, "CRAWLER_DOMAIN_DELAY=0.05", "CRAWLER_LEASE_SECONDS=4", "DOWNLOAD_TIMEOUT=3")
     client = redis.Redis.from_url(redis_url)
     victim = start(cmd, redis_url)
-    deadline = time.monotonic() + 30
     # alone, so the leases in Redis are the victim's
-    while time.monotonic() < deadline and not (
-        len(page_fetches(web.log())) >= 10 and client.zcard("crawler:{demo:0}:leases") >= 2
-    ):
-        time.sleep(0.02)
+    wait_until(lambda: len(page_fetches(web.log())) >= 10 and client.zcard("crawler:{demo:0}:leases") >= 2,
+               30, "10 pages fetched and 2 leases held")
     victim.send_signal(signal.SIGKILL)
     survivor = start(cmd, redis_url)
     victim.wait()
@@ -190,11 +186,17 @@ def test_idle_before_close_waits_for_work_from_other_workers(redis_url: str, mak
     web = make_web(domains=1, pages=3, links=1, size_fixed=2000, cross_share=0, dup_share=0, crawl_delay_share=0,
                    private_share=0)
     proc = start(crawl_cmd(web, "SCHEDULER_IDLE_BEFORE_CLOSE=6"), redis_url)
-    deadline = time.monotonic() + 30
-    while len(page_fetches(web.log())) < 3 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(1)  # the crawl is now idle, but must stay open
-    assert proc.poll() is None
+    client = redis.Redis.from_url(redis_url)
+    wait_until(lambda: len(page_fetches(web.log())) >= 3, 30, "3 pages fetched")
+    # the frontier drained (read without LLEN, which the worker's idle check sends) ...
+    wait_until(lambda: client.hget("crawler:{demo:0}:stats", "queued") == b"0"
+               and not client.zcard("crawler:{demo:0}:leases") and not client.zcard("crawler:{demo:0}:delayed"),
+               30, "the frontier drained")
+    checks = client.info("commandstats").get("cmdstat_llen", {}).get("calls", 0)
+    # ... and the worker has looked twice since, finding it empty: without the setting it would close
+    wait_until(lambda: client.info("commandstats").get("cmdstat_llen", {}).get("calls", 0) >= checks + 2,
+               30, "two idle checks of the worker")
+    assert proc.poll() is None  # idle, but open
     late = web.url(0, "/moved/2.html")
     other = Frontier(redis.Redis.from_url(redis_url), Keys("crawler", "demo", 0))
     other.add([Item(sha256(late.encode()).digest(), "d0.test", 0, codec.encode_url(late))])
@@ -214,14 +216,16 @@ def test_sigterm_then_resume_fetches_nothing_twice(redis_url: str, make_web) -> 
                     "SCHEDULER_PERSIST=True", "CRAWLER_ACK_INTERVAL=30", "CONCURRENT_REQUESTS=4",
                     "MAX_IDLE_TIME_BEFORE_CLOSE=1", spider="quiet")
     first = start(cmd, redis_url)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and sum(page_fetches(web.log()).values()) < 30:
-        time.sleep(0.02)
+    wait_until(lambda: sum(page_fetches(web.log()).values()) >= 30, 60, "30 pages fetched")
     first.send_signal(signal.SIGTERM)
     _, err = first.communicate(timeout=60)
     assert first.returncode == 0, err[-3000:]
     stopped_at = sum(page_fetches(web.log()).values())
-    time.sleep(4.5)  # every lease the first run left would have expired by now
+    # every lease the first run left expires now (its deadline moved into the past), as it
+    # would CRAWLER_LEASE_SECONDS later: the second run's first dequeue hands it out again
+    leases = "crawler:{quiet:0}:leases"
+    if left := client.zrange(leases, 0, -1):
+        client.zadd(leases, dict.fromkeys(left, 0), xx=True)
     second = start(cmd, redis_url)
     _, err2 = second.communicate(timeout=120)
     assert second.returncode == 0, err2[-3000:]

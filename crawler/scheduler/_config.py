@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from scrapy.settings import BaseSettings
 from scrapy.utils.python import global_object_name
 
+from crawler.clock import SYSTEM, Clock
 from crawler.scheduler.frontier import Dedup, Frontier, Politeness
 from crawler.settings_registry import SettingsError, lease_seconds, setting
 
@@ -52,11 +53,11 @@ class FrontierSettings:
     idle_before_close: float
     tracking: list[str]
 
-    def frontier(self, client: redis.Redis, keys: Keys) -> Frontier:
+    def frontier(self, client: redis.Redis, keys: Keys, clock: Clock = SYSTEM) -> Frontier:
         """The frontier at ``keys`` as these settings describe it."""
         return Frontier(client, keys, dedup=self.dedup, politeness=self.politeness, overrides=self.overrides,
                         domain_cap=self.domain_cap, domain_budget=self.domain_budget,
-                        lease_seconds=self.lease_seconds)
+                        lease_seconds=self.lease_seconds, clock=clock)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:

@@ -7,19 +7,20 @@ sooner than ``CRAWLER_POLL_INTERVAL`` when it took what was due; exactly
 when the next domain is due when nothing was; and with a doubling backoff
 (up to 1 s) while the frontier is empty. Each call has a name: a call
 retried after a lost reply gets the first call's leases back instead of
-taking more, and the next call drops that kept reply.
+taking more, and the next call drops that kept reply. Every wait is read
+on the scheduler's clock (``crawler/clock.py``), which a test moves.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from crawler._compat import wake_engine
+from crawler.clock import SYSTEM, Clock
 from crawler.scheduler._stats import inc
 
 if TYPE_CHECKING:
@@ -37,8 +38,9 @@ MAX_POLL_WAIT = 1.0  # seconds between dequeue attempts while nothing is due
 
 class Intake:
     def __init__(self, frontier: Frontier, prefetch: int, poll_interval: float,
-                 wake_in: Callable[[float], None], stats: StatsCollector | None) -> None:
+                 wake_in: Callable[[float], None], stats: StatsCollector | None, clock: Clock = SYSTEM) -> None:
         self.frontier = frontier
+        self.clock = clock
         self.prefetch = prefetch
         self.poll_interval = poll_interval
         self.wake_in = wake_in  # wake the engine this many seconds from now
@@ -61,7 +63,7 @@ class Intake:
 
     def due(self) -> bool:
         """Whether a dequeue call is due; if not, the engine is woken when it is."""
-        wait = self.next_poll - time.monotonic()
+        wait = self.next_poll - self.clock.monotonic()
         if wait > 0:
             self.wake_in(wait)
             return False
@@ -69,7 +71,7 @@ class Intake:
 
     def take(self, acks: Sequence[str | Ack]) -> None:
         """Lease what is due, acknowledging ``acks`` in the same call."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         result = self.frontier.take(self.prefetch, acks, self.call, self.took)
         # the next call's name: a retry of this one reuses it; its reply is here
         self.took, self.call = self.call, uuid.uuid4().hex
@@ -104,7 +106,7 @@ class Intake:
         self.empty_polls = 0
         self.next_poll = min(self.next_poll, self.last_take + self.poll_interval)
         if not self.buffer:
-            self.wake_in(max(0.0, self.next_poll - time.monotonic()))
+            self.wake_in(max(0.0, self.next_poll - self.clock.monotonic()))
 
     def due_now(self) -> None:
         self.next_poll = 0.0
@@ -113,7 +115,7 @@ class Intake:
         """Whether the frontier (any worker's share) holds requests, or held
         some less than ``idle_before_close`` seconds ago; Redis is asked at
         most every 0.25 s."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - self._busy_checked < 0.25:
             return self._busy
         self._busy_checked = now
@@ -131,19 +133,19 @@ class EngineWaker:
     """Wakes Scrapy's engine loop when something may be due, instead of it
     polling the scheduler on its own 5 s heartbeat; one wake-up pending."""
 
-    def __init__(self, crawler: Crawler) -> None:
+    def __init__(self, crawler: Crawler, clock: Clock = SYSTEM) -> None:
         self.crawler = crawler
+        self.clock = clock
         self.call: Any = None
         self._said = False
 
     def wake_in(self, seconds: float) -> None:
-        from twisted.internet import reactor
-
+        timers = self.clock.timers
         if self.call is not None and self.call.active():
-            if abs(self.call.getTime() - reactor.seconds() - seconds) < 0.005:  # type: ignore[attr-defined]
+            if abs(self.call.getTime() - timers.seconds() - seconds) < 0.005:
                 return
             self.call.cancel()
-        self.call = reactor.callLater(seconds + 0.001, self._wake)  # type: ignore[attr-defined]
+        self.call = timers.callLater(seconds + 0.001, self._wake)
 
     def _wake(self) -> None:
         if wake_engine(self.crawler.engine) is False and not self._said:

@@ -13,7 +13,7 @@ Nothing here talks to Redis; a lease this worker never acknowledges (it died)
 comes back when it expires in Redis.
 
 Politeness marks: when the response to each leased request began and ended,
-on this process's monotonic clock.
+on this process's monotonic clock (the scheduler's :mod:`crawler.clock`).
 A domain with a delay is parked in Redis while one of its requests is out;
 the acknowledgement of that request carries the age of its mark (how long
 ago, in ms, the response began or ended, per ``CRAWLER_DELAY_FROM``) and how
@@ -50,13 +50,13 @@ it accounts for, so the sum holds at any moment, across all workers.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from scrapy import signals
 
 from crawler._compat import engine_busy, missing
+from crawler.clock import SYSTEM, Clock
 from crawler.meta import DEAD as DEAD_KEY
 from crawler.meta import END, LEASE, NON_HTML
 
@@ -77,7 +77,7 @@ ENDS = {STORED: "stored", DEAD: "dead", DISALLOWED: "disallowed", SKIPPED: "skip
 
 class Ack(NamedTuple):
     lease: str
-    mark: float | None = None  # monotonic seconds; None: now
+    mark: float | None = None  # seconds on the scheduler's monotonic clock; None: now
     duration: float | None = None  # seconds the fetch took, when known
     end: str = ""  # one of ENDS; "" when the request moved on (a retry, a hand-back)
 
@@ -93,16 +93,18 @@ class Ack(NamedTuple):
         return f"{self.lease}:{age}:{int(self.duration * 1000)}"
 
 
-def wire(acks: Iterable[str | Ack]) -> list[str]:
-    now = time.monotonic()
+def wire(acks: Iterable[str | Ack], now: float) -> list[str]:
+    """``acks`` as the scripts read them, their ages counted at ``now``
+    (the monotonic clock's, as the round trip leaves)."""
     return [a if isinstance(a, str) else a.wire(now) for a in acks]
 
 
 class Marks:
     """lease -> [response began, response ended, download latency]."""
 
-    def __init__(self, crawler: Crawler, delay_from: str) -> None:
+    def __init__(self, crawler: Crawler, delay_from: str, clock: Clock = SYSTEM) -> None:
         self.finish = delay_from == "finish"
+        self.clock = clock
         self.stats = crawler.stats
         self.times: dict[str, list[float | None]] = {}
         crawler.signals.connect(self.headers_received, signal=signals.headers_received)
@@ -111,13 +113,13 @@ class Marks:
     def headers_received(self, request: Request, **_: object) -> None:
         lease = request.meta.get(LEASE)
         if lease is not None:
-            self.times.setdefault(lease, [None, None, None])[0] = time.monotonic()
+            self.times.setdefault(lease, [None, None, None])[0] = self.clock.monotonic()
 
     def response_downloaded(self, response: Response, request: Request, **_: object) -> None:
         lease = request.meta.get(LEASE)
         if lease is not None:
             times = self.times.setdefault(lease, [None, None, None])
-            times[1] = time.monotonic()
+            times[1] = self.clock.monotonic()
             times[2] = request.meta.get("download_latency")
 
     def note(self, lease: str, began: float, ended: float, latency: float | None = None) -> None:
@@ -130,9 +132,9 @@ class Marks:
         if end:
             self.stats.inc_value(f"crawler/frontier/ended/{ENDS[end]}")
         began, ended, latency = self.times.pop(lease, None) or (None, None, None)
-        now = time.monotonic()
-        ended = ended or now  # failed or never sent: it ends now
-        began = began or ended
+        now = self.clock.monotonic()
+        ended = now if ended is None else ended  # failed or never sent: it ends now
+        began = ended if began is None else began
         duration = (latency or 0.0) + (ended - began) if latency is not None else None
         return Ack(lease, ended if self.finish else began, duration, end)
 

@@ -37,14 +37,14 @@ ends every call.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
 
+from crawler.clock import SYSTEM, Clock
 from crawler.connection import _reason, mask_url
 from crawler.settings_registry import setting
 
@@ -73,7 +73,7 @@ class FrontierLost(Exception):
         self.known_id = known.id
         self.seen_seq = known.seq
         self.queued = known.queued  # at the last look
-        self.looked_ago = time.monotonic() - known.looked_at
+        self.looked_ago = known.clock.monotonic() - known.looked_at
         self.found_id = found_id
         self.found_seq = found_seq
         self.found_queued = found_queued
@@ -98,7 +98,8 @@ class Epoch:
     created_ms: int = 0
     seq: int = 0  # highest lease id counter seen
     queued: int = 0  # requests queued at the last look
-    looked_at: float = 0.0  # time.monotonic() of the last look
+    looked_at: float = 0.0  # the clock's monotonic() at the last look
+    clock: Clock = field(default=SYSTEM, repr=False, compare=False)
 
     def args(self) -> list[Any]:
         """The dequeue's epoch arguments."""
@@ -115,7 +116,7 @@ class Epoch:
                 raise FrontierLost(REWOUND, self, found_id, seq, queued)
         self.seq = max(self.seq, seq)
         self.queued = queued
-        self.looked_at = time.monotonic()
+        self.looked_at = self.clock.monotonic()
 
     def adopt(self, reply: list[Any]) -> None:
         """The reply of ``epoch.lua``: the epoch this worker works in from now on."""
@@ -123,7 +124,7 @@ class Epoch:
         self.created_ms = int(reply[1])
         self.seq = int(reply[3])
         self.queued = int(reply[4])
-        self.looked_at = time.monotonic()
+        self.looked_at = self.clock.monotonic()
 
     @staticmethod
     def new_id() -> str:
@@ -149,7 +150,7 @@ class LossWatch:
         """Look at the epoch if no dequeue did for :data:`CHECK_EVERY` seconds."""
         if self.stopped:
             return
-        if time.monotonic() - self.frontier.epoch.looked_at >= CHECK_EVERY:
+        if self.frontier.clock.monotonic() - self.frontier.epoch.looked_at >= CHECK_EVERY:
             self.frontier.check_epoch()
 
     def lost(self, exc: FrontierLost, scheduler: FrontierScheduler, *, closing: bool = False) -> None:
@@ -227,9 +228,11 @@ _MAX_BACKOFF = 5.0  # seconds between reconnect attempts during an outage
 
 
 class RedisGuard:
-    def __init__(self, url: str, stats: StatsCollector | None, wake_in: Callable[[float], None]) -> None:
+    def __init__(self, url: str, stats: StatsCollector | None, wake_in: Callable[[float], None],
+                 clock: Clock = SYSTEM) -> None:
         self.url = url
         self.stats = stats
+        self.clock = clock
         self.wake_in = wake_in  # wake the engine this many seconds from now
         self.down_since: float | None = None
         self.attempts = 0
@@ -266,14 +269,14 @@ class RedisGuard:
         and for good once halted."""
         if self.halted:
             return False
-        return self.down_since is None or time.monotonic() >= self.retry_at
+        return self.down_since is None or self.clock.monotonic() >= self.retry_at
 
     def halt(self) -> None:
         """No more calls: the frontier is lost and the crawl is stopping."""
         self.halted = True
 
     def failed(self, exc: Exception) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if self.down_since is None:
             self.down_since = now
             self.attempts = 0
@@ -289,7 +292,7 @@ class RedisGuard:
     def back(self) -> None:
         if self.down_since is not None:
             logger.warning("Redis at %s is back after %.1fs: crawl resumed",
-                           mask_url(self.url), time.monotonic() - self.down_since)
+                           mask_url(self.url), self.clock.monotonic() - self.down_since)
             self.down_since = None
 
     def _inc(self, key: str) -> None:

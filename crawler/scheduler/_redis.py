@@ -55,7 +55,11 @@ gauges (``crawler/extensions/metrics.py``); clearing the frontier leaves it.
 Scripts are registered once per client and called by SHA. Each is sent with
 ``_lib.lua`` in front of it; an error Redis reports at ``user_script:<line>``
 is rewritten to name the file and line it came from (``dequeue.lua:52``,
-``_lib.lua:17``).
+``_lib.lua:17``). Under a test clock (``crawler/clock.py``:
+``ManualClock``, a standalone Redis only), the line ``local CLOCK_KEY = nil``
+of ``_lib.lua`` is sent naming the clock's key (``crawler:clock`` unless
+given), a string of ms that every script's ``now_ms()`` reads instead of
+``TIME``.
 """
 
 from __future__ import annotations
@@ -196,11 +200,30 @@ def _parts(name: str, flags: bool) -> tuple[str, str, str, int]:
     return (shebang if flags else ""), _read("_lib.lua") + "\n", body, taken
 
 
-class LuaScript:
-    """A registered script whose errors name its own file and line."""
+_NO_CLOCK_KEY = re.compile(r"^local CLOCK_KEY = nil$", re.MULTILINE)
 
-    def __init__(self, client: redis.Redis, name: str, flags: bool) -> None:
+
+def _with_clock(lib: str, clock_key: str | None) -> str:
+    """``_lib.lua`` whose ``now_ms()`` reads ``clock_key`` (a test clock's
+    key, ``crawler/clock.py``) instead of ``TIME``; one line changes, so the
+    lines of every error still map back."""
+    if clock_key is None:
+        return lib
+    if any(c in clock_key for c in "'\\\n"):
+        raise ValueError(f"clock key {clock_key!r}: no quote, backslash or newline")
+    lib, found = _NO_CLOCK_KEY.subn(f"local CLOCK_KEY = '{clock_key}'", lib)
+    if found != 1:
+        raise RuntimeError("lua/_lib.lua has no line 'local CLOCK_KEY = nil' for the clock key")
+    return lib
+
+
+class LuaScript:
+    """A registered script whose errors name its own file and line; with
+    ``clock_key``, its ``now_ms()`` reads that key (``crawler/clock.py``)."""
+
+    def __init__(self, client: redis.Redis, name: str, flags: bool, clock_key: str | None = None) -> None:
         shebang, lib, body, taken = _parts(name, flags)
+        lib = _with_clock(lib, clock_key)
         self.name = name
         self.script = client.register_script(shebang + lib + body)
         self.lib_from = shebang.count("\n")  # lines sent ahead of _lib.lua
@@ -237,10 +260,10 @@ class Scripts:
     NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock",
              "drain_inbox", "robots_get", "robots_done")
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, clock_key: str | None = None) -> None:
         flags = supports_flags(client)
         for name in self.NAMES:
-            setattr(self, name, LuaScript(client, name, flags))
+            setattr(self, name, LuaScript(client, name, flags, clock_key))
 
     enqueue: LuaScript
     dequeue: LuaScript

@@ -15,13 +15,13 @@ dedup arguments of the *receiving* frontier's layout, read from its meta.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import redis
 from scrapy.settings import BaseSettings, Settings
 
+from crawler.clock import SYSTEM, Clock
 from crawler.connection import get_redis
 from crawler.meta import DELAY
 from crawler.scheduler import _codec as codec
@@ -46,8 +46,9 @@ if TYPE_CHECKING:
 
 class Outbox:
     def __init__(self, settings: BaseSettings, server: redis.Redis, config: FrontierSettings, spider: str,
-                 stats: StatsCollector | None) -> None:
+                 stats: StatsCollector | None, clock: Clock = SYSTEM) -> None:
         self.settings = settings
+        self.clock = clock
         self.server = server
         self.config = config
         self.spider = spider
@@ -83,7 +84,8 @@ class Outbox:
                 client = get_redis(settings)
             keys = Keys(self.config.prefix, self.spider, shard)
             # when that frontier exists, its layout wins
-            link = self.links[shard] = (Frontier(client, keys), stored_dedup(client, keys, self.config.dedup))
+            link = self.links[shard] = (Frontier(client, keys, clock=self.clock),
+                                        stored_dedup(client, keys, self.config.dedup))
         return link
 
 
@@ -91,8 +93,10 @@ class Inbox:
     """This shard's inbox, drained into its queues at most once a second
     unless a drain came back full."""
 
-    def __init__(self, frontier: Frontier, batch: int, stats: StatsCollector | None) -> None:
+    def __init__(self, frontier: Frontier, batch: int, stats: StatsCollector | None,
+                 clock: Clock = SYSTEM) -> None:
         self.frontier = frontier
+        self.clock = clock
         self.batch = batch
         self.stats = stats
         self.next_drain = 0.0
@@ -101,7 +105,7 @@ class Inbox:
         """Move what waits into the queues; None when not due or nothing
         moved. An ``OutOfMemoryError`` passes through; the next drain then
         waits a second, like one that found the inbox empty."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now < self.next_drain:
             return None
         self.next_drain = now + 1.0  # forwarded links wait in the inbox meanwhile
@@ -121,8 +125,9 @@ _OOM_LOG_EVERY = 60.0  # seconds
 
 class WriteBuffer:
     def __init__(self, frontier: Frontier, outbox: Outbox, stats: StatsCollector | None, batch: int,
-                 ack_interval: float, send_acks: Callable[[], None]) -> None:
+                 ack_interval: float, send_acks: Callable[[], None], clock: Clock = SYSTEM) -> None:
         self.frontier = frontier
+        self.clock = clock
         self.outbox = outbox
         self.stats = stats
         self.batch = batch
@@ -161,9 +166,7 @@ class WriteBuffer:
 
     def soon(self) -> None:
         if self._ack_call is None or not self._ack_call.active():
-            from twisted.internet import reactor
-
-            self._ack_call = reactor.callLater(self.ack_interval, self.send_acks_soon)  # type: ignore[attr-defined]
+            self._ack_call = self.clock.timers.callLater(self.ack_interval, self.send_acks_soon)
 
     def cancel(self) -> None:
         if self._ack_call is not None and self._ack_call.active():
@@ -217,7 +220,7 @@ class WriteBuffer:
     def out_of_memory(self, dropped: int) -> None:
         self._oom_dropped += dropped
         inc(self.stats, "crawler/frontier/oom_dropped", dropped)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - self._oom_logged > _OOM_LOG_EVERY:
             self._oom_logged = now
             logger.error("Redis is out of memory (maxmemory reached): new URLs are not stored "

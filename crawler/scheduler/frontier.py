@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from crawler.clock import SYSTEM, Clock
 from crawler.scheduler._leases import Ack, wire
 from crawler.scheduler._outage import Epoch
 from crawler.scheduler._redis import Keys, LuaScript, Scripts
@@ -136,8 +137,8 @@ class FrontierConfigError(ValueError):
     """The settings contradict the frontier already stored in Redis."""
 
 
-def _ids(ids: Iterable[str | Ack]) -> list[str]:
-    ids = wire(ids)
+def _ids(ids: Iterable[str | Ack], now: float) -> list[str]:
+    ids = wire(ids, now)
     return [str(len(ids)), *ids]
 
 
@@ -153,8 +154,10 @@ class Frontier:
         domain_cap: int = 0,
         domain_budget: int = 0,
         lease_seconds: float = 180.0,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.client = client
+        self.clock = clock  # the scripts' now_ms() and the acknowledgements' ages (crawler/clock.py)
         self.keys = keys
         self.dedup = dedup or Dedup()
         self.politeness = politeness or Politeness()
@@ -162,11 +165,11 @@ class Frontier:
         self.domain_cap = domain_cap
         self.domain_budget = domain_budget
         self.lease_ms = int(lease_seconds * 1000)
-        self.scripts = Scripts(client)
+        self.scripts = Scripts(client, clock.script_key)
         self.locks = DomainLocks(client, keys, self.scripts)
         self.robots = RobotsStore(client, keys, self.scripts)
-        self.epoch = Epoch()  # set by open(); checked by take() (``_outage.py``)
-        self._epoch_script = LuaScript(client, "epoch", False)  # no flags: any Redis version
+        self.epoch = Epoch(clock=clock)  # set by open(); checked by take() (``_outage.py``)
+        self._epoch_script = LuaScript(client, "epoch", False, clock.script_key)  # no flags: any Redis version
 
     def open(self) -> None:
         """Record (or check) the dedup layout, load per-domain overrides and
@@ -222,7 +225,8 @@ class Frontier:
     # --- the hot path ----------------------------------------------------
 
     def add(self, items: Sequence[Item], acks: Iterable[str | Ack] = ()) -> AddResult:
-        args: list[Any] = [self.dedup.mode, self.domain_cap, self.domain_budget, *_ids(acks)]
+        args: list[Any] = [self.dedup.mode, self.domain_cap, self.domain_budget,
+                           *_ids(acks, self.clock.monotonic())]
         for item in items:
             a, b = self.dedup.args(item.digest)
             args += (a, b, item.domain, item.priority, item.entry, "0" if item.dont_filter else "1")
@@ -246,8 +250,8 @@ class Frontier:
         p = self.politeness
         reply = self.scripts.dequeue(
             keys=[self.keys.base],
-            args=[n, self.lease_ms, p.rate, p.burst, int(p.delay * 1000), call, previous, *_ids(acks),
-                  *self.epoch.args()],
+            args=[n, self.lease_ms, p.rate, p.burst, int(p.delay * 1000), call, previous,
+                  *_ids(acks, self.clock.monotonic()), *self.epoch.args()],
         )
         self.epoch.observe(reply[2].decode(), int(reply[3]), int(reply[4]))  # FrontierLost: nothing done
         items = []
@@ -259,7 +263,7 @@ class Frontier:
 
     def delay(self, items: Iterable[tuple[float, str, int, bytes]], acks: Iterable[str | Ack] = ()) -> int:
         """Park ``(seconds, domain, priority, entry)`` requests until due."""
-        args: list[Any] = _ids(acks)
+        args: list[Any] = _ids(acks, self.clock.monotonic())
         for seconds, domain, prio, entry in items:
             args += (max(0, int(seconds * 1000)), domain, prio, entry)
         return int(self.scripts.delay(keys=[self.keys.base], args=args))
@@ -296,8 +300,7 @@ class Frontier:
         self.client.hset(self.keys.policy_robots, domain, repr(float(seconds)))
 
     def status(self) -> dict[str, Any]:
-        now_s, now_us = self.client.time()
-        now = now_s * 1000 + now_us // 1000
+        now = self.clock.server_ms(self.client)
         k = self.keys
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(k.ready)

@@ -31,6 +31,7 @@ import redis
 from scrapy.utils.misc import load_object
 from twisted.internet import task
 
+from crawler.clock import SYSTEM, Clock, from_path
 from crawler.connection import _reason, get_redis, mask_url, persistence_warning
 from crawler.scheduler import _codec as codec
 from crawler.scheduler._config import FrontierSettings, warn_ignored
@@ -50,7 +51,7 @@ from crawler.scheduler._writes import Inbox, Offers, Outbox, WriteBuffer
 from crawler.scheduler.frontier import Frontier
 from crawler.scheduler.identity import Canonicalizer
 from crawler.scheduler.service import FrontierService
-from crawler.settings_registry import setting
+from crawler.settings_registry import SettingsError, setting
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -61,14 +62,16 @@ logger = logging.getLogger(__name__)
 
 
 class FrontierScheduler:
-    def __init__(self, crawler: Crawler, server: redis.Redis, config: FrontierSettings) -> None:
+    def __init__(self, crawler: Crawler, server: redis.Redis, config: FrontierSettings,
+                 clock: Clock = SYSTEM) -> None:
         self.crawler = crawler
         self.server = server
         self.config = config
+        self.clock = clock  # every part below measures time on it (crawler/clock.py)
         self.stats = crawler.stats
-        self.leases = Leases(Marks(crawler, config.delay_from))
-        self.waker = EngineWaker(crawler)
-        self.guard = RedisGuard(crawler.settings.get("REDIS_URL") or "", self.stats, self.waker.wake_in)
+        self.leases = Leases(Marks(crawler, config.delay_from, clock))
+        self.waker = EngineWaker(crawler, clock)
+        self.guard = RedisGuard(crawler.settings.get("REDIS_URL") or "", self.stats, self.waker.wake_in, clock)
         self.spider: Spider | None = None
         # built in open(), once the spider (and so the frontier's keys) is known
         self.frontier: Frontier | None = None
@@ -83,9 +86,13 @@ class FrontierScheduler:
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
         # a SettingsError or RedisUnavailable fails the crawl; the command layer says it in one line
         config = FrontierSettings.from_settings(crawler.settings)
+        try:
+            clock = from_path(setting(crawler.settings, "CRAWLER_CLOCK"))  # for tests and simulations
+        except ValueError as exc:
+            raise SettingsError(f"CRAWLER_CLOCK {exc}") from None
         server = get_redis(crawler.settings)
         warn_ignored(crawler.settings)
-        return cls(crawler, server, config)
+        return cls(crawler, server, config, clock)
 
     # --- lifecycle -------------------------------------------------------
 
@@ -94,7 +101,7 @@ class FrontierScheduler:
         self.spider = spider
         config = self.config
         keys = Keys(config.prefix, spider.name, int(getattr(spider, "shard", config.shard)))
-        self.frontier = config.frontier(self.server, keys)
+        self.frontier = config.frontier(self.server, keys, self.clock)
         if config.flush_on_start:
             self.frontier.clear()
         self.frontier.open()
@@ -102,12 +109,12 @@ class FrontierScheduler:
         self.guard.on_lost = lambda exc: self.loss.lost(exc, self)
         if config.persist and (warning := persistence_warning(self.server, keys.base)):
             logger.warning("Redis at %s %s", mask_url(self.guard.url), warning)
-        outbox = Outbox(self.crawler.settings, self.server, config, spider.name, self.stats)
+        outbox = Outbox(self.crawler.settings, self.server, config, spider.name, self.stats, self.clock)
         self.writes = WriteBuffer(self.frontier, outbox, self.stats, config.batch,
-                                  config.ack_interval, self._send_acks)
+                                  config.ack_interval, self._send_acks, self.clock)
         self.intake = Intake(self.frontier, config.prefetch, config.poll_interval,
-                             self.waker.wake_in, self.stats)
-        self.inbox = Inbox(self.frontier, config.batch, self.stats)
+                             self.waker.wake_in, self.stats, self.clock)
+        self.inbox = Inbox(self.frontier, config.batch, self.stats, self.clock)
         self.offers = Offers(spider, keys.shard, int(getattr(spider, "shards", 1)), config.forward, self.writes,
                              self.leases, self.crawler.request_fingerprinter, self.stats,
                              canonicalize=Canonicalizer(config.tracking),
@@ -117,6 +124,7 @@ class FrontierScheduler:
         self.crawler.frontier = self.service  # type: ignore[attr-defined]  # what components ask (service.py)
         self._say_opened(keys)
         self._flusher = task.LoopingCall(self._tick)
+        self._flusher.clock = self.clock.timers
         self._flusher.start(config.flush_interval, now=False)
 
     def _say_opened(self, keys: Keys) -> None:
@@ -130,8 +138,7 @@ class FrontierScheduler:
         age = ""
         created = self.frontier.epoch.created_ms if self.frontier is not None else 0
         if created:
-            now_s, now_us = self.server.time()
-            age = f", made {_age((now_s * 1000 + now_us // 1000 - created) / 1000)} ago"
+            age = f", made {_age((self.clock.server_ms(self.server) - created) / 1000)} ago"
         logger.info("Resuming crawl of frontier %s on Redis at %s (%d requests queued%s); to start afresh "
                     "instead: -s SCHEDULER_FLUSH_ON_START=True", keys.base, where, queued, age)
 

@@ -8,7 +8,8 @@ the frontier scheduler is open (None otherwise)::
     frontier.dead_letter(request, "my_reason")    # given up on: scrapy dlq lists it
     frontier.locks.acquire(domain, token, ttl_ms) # the per-domain lock
     frontier.robots                               # the shared robots.txt records
-    frontier.note_fetch(request, began, ended)    # a fetch made outside the downloader
+    frontier.note_fetch(request, began, ended)    # a fetch made outside the downloader,
+                                                  # timed on frontier.clock.monotonic()
 
 Writes that fail because Redis is away are noted by the outage guard (the
 crawl pauses and reconnects) and never raised into the caller: a push-back
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
+    from crawler.clock import Clock
     from crawler.scheduler._leases import Storage
     from crawler.scheduler._outage import RedisGuard
     from crawler.scheduler._stores import DomainLocks, RobotsStore
@@ -69,7 +71,8 @@ class FrontierService:
 
     def note_fetch(self, request: Request, began: float, ended: float) -> None:
         """A fetch made for ``request`` outside the downloader (its robots.txt)
-        is its domain's last request: the next waits for the delay after it."""
+        is its domain's last request: the next waits for the delay after it.
+        ``began`` and ``ended`` are read on :attr:`clock` (``monotonic()``)."""
         self._scheduler.note_fetch(request, began, ended)
 
     def ack(self, request: Request, end: str) -> None:
@@ -79,6 +82,12 @@ class FrontierService:
     def keep_pages_with(self, storage: Storage) -> None:
         """A page's lease is acknowledged once ``storage`` holds the page."""
         self._scheduler.leases.storage = storage
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the scheduler measures time on (``crawler/clock.py``;
+        ``CRAWLER_CLOCK``): a component timing what it reports here reads it."""
+        return self._scheduler.clock
 
     @property
     def locks(self) -> DomainLocks:

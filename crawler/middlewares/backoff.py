@@ -153,6 +153,11 @@ class BackoffMiddleware:
         limit = self.max_attempts
         if self.retry_enabled and request.meta.get("max_retry_times") is not None:
             limit = int(request.meta["max_retry_times"]) + 1  # Scrapy's meta key: retries of this request
+        wait = self.delay(attempts, retry_after)
+        if push_domain and frontier is not None:
+            # the site asked the whole domain to wait (429/503): it waits
+            # whether or not this request is tried again
+            frontier.push_domain(request.url, wait)
         if attempts >= limit:
             self.stats.inc_value("crawler/backoff/exhausted")
             logger.info("Gave up on %s after %d attempts (%s)", request, attempts, reason)
@@ -161,9 +166,6 @@ class BackoffMiddleware:
                 frontier.dead_letter(request, why, status=status, exception=exception)
             request.meta[DEAD] = True
             return None
-        wait = self.delay(attempts, retry_after)
-        if push_domain and frontier is not None:
-            frontier.push_domain(request.url, wait)
         self.stats.inc_value("crawler/backoff/retries")
         self.stats.inc_value(f"crawler/backoff/reason/{reason}")
         logger.debug("Retrying %s in %.2fs (attempt %d, %s)", request, wait, attempts + 1, reason)

@@ -137,6 +137,12 @@ class FrontierConfigError(ValueError):
     """The settings contradict the frontier already stored in Redis."""
 
 
+def _ms(seconds: float) -> int:
+    """Seconds as whole ms, never fewer than asked: ``int(2.01 * 1000)`` is
+    2009 (the float is 2009.9999...), a delay 1 ms short of the setting."""
+    return math.ceil(round(seconds * 1000, 6))
+
+
 def _ids(ids: Iterable[str | Ack], now: float) -> list[str]:
     ids = wire(ids, now)
     return [str(len(ids)), *ids]
@@ -214,8 +220,8 @@ class Frontier:
         p = self.politeness
         pipe = self.client.pipeline(transaction=False)
         # the defaults the scripts apply when a parked domain's request is done
-        pipe.hset(meta, mapping={"rate": repr(p.rate), "burst": p.burst, "delay": int(p.delay * 1000),
-                                 "delay_factor": repr(p.factor), "delay_max": int(p.max_delay * 1000)})
+        pipe.hset(meta, mapping={"rate": repr(p.rate), "burst": p.burst, "delay": _ms(p.delay),
+                                 "delay_factor": repr(p.factor), "delay_max": _ms(p.max_delay)})
         pipe.delete(self.keys.policy_settings)
         if self.overrides:
             pipe.hset(self.keys.policy_settings,
@@ -250,7 +256,7 @@ class Frontier:
         p = self.politeness
         reply = self.scripts.dequeue(
             keys=[self.keys.base],
-            args=[n, self.lease_ms, p.rate, p.burst, int(p.delay * 1000), call, previous,
+            args=[n, self.lease_ms, p.rate, p.burst, _ms(p.delay), call, previous,
                   *_ids(acks, self.clock.monotonic()), *self.epoch.args()],
         )
         self.epoch.observe(reply[2].decode(), int(reply[3]), int(reply[4]))  # FrontierLost: nothing done
@@ -265,12 +271,12 @@ class Frontier:
         """Park ``(seconds, domain, priority, entry)`` requests until due."""
         args: list[Any] = _ids(acks, self.clock.monotonic())
         for seconds, domain, prio, entry in items:
-            args += (max(0, int(seconds * 1000)), domain, prio, entry)
+            args += (max(0, _ms(seconds)), domain, prio, entry)
         return int(self.scripts.delay(keys=[self.keys.base], args=args))
 
     def push_domain(self, domain: str, seconds: float) -> int:
         """No request of ``domain`` before now + ``seconds`` (server clock)."""
-        return int(self.scripts.push_domain(keys=[self.keys.base], args=[domain, int(seconds * 1000)]))
+        return int(self.scripts.push_domain(keys=[self.keys.base], args=[domain, _ms(seconds)]))
 
     def receive(self, records: Sequence[bytes]) -> None:
         """Forwarded requests from another shard, into this frontier's inbox

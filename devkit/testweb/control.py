@@ -16,7 +16,7 @@ from devkit.testweb.config import WebConfig
 
 
 class LogEntry(NamedTuple):
-    ms: float  # when the request's head arrived
+    ms: float  # when the request's head was read (epoch ms, on the test web's monotonic clock)
     host: str
     target: str
     status: int

@@ -1,8 +1,13 @@
 """The HTTP/1.1 server of the test web: asyncio protocol, keep-alive, a log.
 
 Every request except the control paths under ``/__testweb__/`` is recorded as
-``<epoch ms>\t<host>\t<target>\t<status>`` (status 0: connection dropped),
-the time being when the request's head arrived.
+``<epoch ms>\t<host>\t<target>\t<status>\t<done ms>`` (status 0: connection
+dropped), the first time being when the request's head was read, the last
+just before the last bytes of its answer were written. Both are read on the
+monotonic clock, set to the epoch once when the log opens: the interval
+between two of them is time the site lived, whatever the system's wall clock
+does meanwhile (a step of it between two stamps would be measured as part
+of the interval, by the politeness audits among others).
 ``GET /__testweb__/log?since=N`` returns the log from line N on;
 ``GET /__testweb__/stats`` counts connections, TLS handshakes and the
 handshakes that resumed a session.
@@ -34,27 +39,34 @@ _MAX_HEAD = 64 * 1024
 
 
 class RequestLog:
-    """Every request: when its head arrived, and when the last bytes of its
+    """Every request: when its head was read, and when the last bytes of its
     answer were handed to the kernel (stamped just before: 0 until then;
-    the arrival time for a dropped connection)."""
+    the arrival time for a dropped connection); epoch ms on the monotonic
+    clock, written to the microsecond."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.entries: list[list] = []  # [arrived ms, host, target, status, done ms]
         self._flushed = 0
         self._file = open(path, "a", buffering=1 << 16) if path else None
+        self._epoch = _epoch_offset()
 
-    def add(self, host: str, target: str, status: int) -> list:
-        now = time.time() * 1000
-        entry = [now, host, target, status, now if status == 0 else 0.0]
+    def now(self) -> float:
+        """Epoch ms on the monotonic clock (see the module's docstring)."""
+        return (self._epoch + time.monotonic()) * 1000
+
+    def add(self, host: str, target: str, status: int, arrived: float | None = None) -> list:
+        """A request read at ``arrived`` (``now()``; default: now)."""
+        if arrived is None:
+            arrived = self.now()
+        entry = [arrived, host, target, status, arrived if status == 0 else 0.0]
         self.entries.append(entry)
         return entry
 
-    @staticmethod
-    def done(entry: list) -> None:
-        entry[4] = time.time() * 1000
+    def done(self, entry: list) -> None:
+        entry[4] = self.now()
 
     def text(self, since: int = 0) -> str:
-        return "".join(f"{e[0]:.1f}\t{e[1]}\t{e[2]}\t{e[3]}\t{e[4]:.1f}\n" for e in self.entries[since:])
+        return "".join(f"{e[0]:.3f}\t{e[1]}\t{e[2]}\t{e[3]}\t{e[4]:.3f}\n" for e in self.entries[since:])
 
     def flush(self) -> None:
         if self._file is not None and self._flushed < len(self.entries):
@@ -67,6 +79,19 @@ class RequestLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _epoch_offset() -> float:
+    """Wall clock minus monotonic clock, seconds: of a few readings, the one
+    whose monotonic bracket was the narrowest (least disturbed)."""
+    best, offset = math.inf, 0.0
+    for _ in range(5):
+        before = time.monotonic()
+        wall = time.time()
+        after = time.monotonic()
+        if after - before < best:
+            best, offset = after - before, wall - (before + after) / 2
+    return offset
 
 
 _TICK = 0.05  # seconds between two paced writes
@@ -135,6 +160,8 @@ class HTTPProtocol(asyncio.Protocol):
                     body_length = int(value.strip())
             if len(self.buffer) < end + 4 + body_length:
                 return  # the body has not all arrived
+            # read now: stamped before the answer is made, which takes time
+            arrived = self.log.now()
             del self.buffer[: end + 4 + body_length]
             if len(request_line) != 3:
                 self._reply(_bad_request(), keep_alive=False, head_only=False)
@@ -146,9 +173,10 @@ class HTTPProtocol(asyncio.Protocol):
                 self._reply(self._control(target), keep_alive, head_only)
                 continue
             reply = self.site.answer(host, target, self.secure)
-            reply.entry = self.log.add(host, target, reply.status)
+            reply.entry = self.log.add(host, target, reply.status, arrived)
             self.counters.requests += 1
             if reply.drop:
+                self.log.done(reply.entry)  # the drop is its answer: stamped before it, as answers are
                 self.transport.abort()
                 return
             config = self.site.config

@@ -132,12 +132,14 @@ class WarcExtension:
         if received is not None:
             raw_head, raw_body, dataloss = received.head, received.body, received.dataloss
             truncated = truncated or received.cut
+        # the headers of Scrapy's response are only read to rebuild a head not received
+        response_headers = [] if raw_head is not None else [
+            (k, v) for k, vs in response.headers.items() for v in vs]
         try:
             request.meta[WARC] = self.writer.put(Page(
                 request.url, request.method,
                 [(k, v) for k, vs in request.headers.items() for v in vs], request.body or b"",
-                response.status,
-                [(k, v) for k, vs in response.headers.items() for v in vs], response.body,
+                response.status, response_headers, response.body,
                 truncated=truncated, date=time.time(), raw_head=raw_head, raw_body=raw_body,
                 dataloss=dataloss, ip=str(response.ip_address or ""),
             ))

@@ -52,14 +52,15 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
+from crawler.clock import SYSTEM
 from crawler.fallback import cannot_connect, fallback_request
 from crawler.meta import DEAD, DELAY, END, LEASE, MAX_PAGE_BYTES, ROBOTS
 from crawler.middlewares.useragent import robots_agent
 from crawler.robots import Rules, compile_rules
-from crawler.scheduler.scheduler import uses_frontier
-from crawler.scheduler.identity import domain_of
 from crawler.scheduler._leases import DISALLOWED
 from crawler.scheduler._outage import REDIS_ERRORS
+from crawler.scheduler.identity import domain_of
+from crawler.scheduler.scheduler import uses_frontier
 from crawler.scheduler.service import frontier_service
 from crawler.settings_registry import setting
 
@@ -125,7 +126,7 @@ class SharedRobotsMiddleware:
         if parts.scheme not in ("http", "https"):
             return None
         origin = f"{parts.scheme}://{parts.netloc}"
-        asked = time.monotonic()
+        asked = self._now()
         try:
             verdict = await self.verdict(origin)
         except REDIS_ERRORS:
@@ -338,16 +339,21 @@ class SharedRobotsMiddleware:
                   "download_maxsize": 0},
         )
         self.stats.inc_value("crawler/robots/fetched")
-        began = time.monotonic()
+        began = self._now()
         try:
             response: Response = await self.crawler.engine.download_async(request)  # type: ignore[union-attr]
         except IgnoreRequest:
             return None, _REFUSED, False  # it never left: not the domain's turn
         except Exception as exc:
-            self.fetched[origin] = (began, time.monotonic())
+            self.fetched[origin] = (began, self._now())
             return None, f"{type(exc).__name__}: {exc}", cannot_connect(exc)
-        self.fetched[origin] = (began, time.monotonic())
+        self.fetched[origin] = (began, self._now())
         return response, None, False
+
+    def _now(self) -> float:
+        """The scheduler's clock (``crawler/clock.py``): what ``note_fetch`` reads ages on."""
+        frontier = frontier_service(self.crawler)
+        return (frontier.clock if frontier is not None else SYSTEM).monotonic()
 
     def _note_hop(self, origin: str, url: str) -> None:
         """A hop to another domain took that domain's turn too."""

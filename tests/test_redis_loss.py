@@ -6,6 +6,8 @@ processes without persistence, real crawls of the test web."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -158,20 +160,53 @@ def pages(web) -> Counter[tuple[str, str]]:
     return Counter((e.domain, e.path) for e in web.log() if e.path != "/robots.txt")
 
 
+def process_state(pid: int) -> str:
+    """The state letter of ``pid`` (Linux: ``T`` stopped, ``Z`` exited)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def freeze_holding_a_page(proc: subprocess.Popen[str], web, timeout: float = 60) -> None:
+    """Stop the crawl process (SIGSTOP) at a moment it holds a page: one whose
+    request reached the test web and whose answer had not been written when
+    the process stopped (its log entry is still not done), so the crawl has
+    not read it, nor stored its links. Without this, the loss may come when
+    every page fetched was done and its links stored in the frontier about
+    to go, with nothing held to go on with (as on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        os.kill(proc.pid, signal.SIGSTOP)
+        while (state := process_state(proc.pid)) not in "tT":  # the signal is taken asynchronously
+            assert state != "Z", proc.communicate()[1][-3000:]
+            time.sleep(0.001)
+        if any(e.done == 0 for e in web.log() if e.path != "/robots.txt"):
+            return
+        os.kill(proc.pid, signal.SIGCONT)
+        assert time.monotonic() < deadline, "no page in flight to freeze the crawl on"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("policy", ["stop", "continue"])
 @pytest.mark.parametrize("event", ["flushall", "restart"])
 def test_frontier_lost_mid_crawl(volatile_redis: RedisServer, make_web, tmp_path: Path,
                                  event: str, policy: str) -> None:
-    # 240 pages, as in the issue; slow pages: some are in flight when the frontier goes
+    # 240 pages, as in the issue; slow pages, so that pages are often in flight
     web = make_web(domains=4, pages=60, faults={"slow": 0.3}, slow_ms=300, **QUIET)
     proc = crawl(web, tmp_path, volatile_redis.url, f"CRAWLER_ON_FRONTIER_LOSS={policy}")
     until(lambda: sum(pages(web).values()) >= 60 or proc.poll() is not None, what="60 pages")
-    assert proc.poll() is None, proc.communicate()[1][-3000:]
-    if event == "flushall":
-        volatile_redis.client().flushall()
-    else:
-        volatile_redis.restart()  # empty: nothing on disk
-    lost_at = len(web.log())
+    # the frontier goes while the crawl holds a page it has not read: with
+    # `continue` its links are what the crawl goes on with; with `stop` they
+    # must not be fetched
+    freeze_holding_a_page(proc, web)
+    try:
+        if event == "flushall":
+            volatile_redis.client().flushall()
+        else:
+            volatile_redis.restart()  # empty: nothing on disk
+        lost_at = len(web.log())
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
     _, err = proc.communicate(timeout=180)
     stats = json.loads((tmp_path / "stats.json").read_text())
     fetched = pages(web)

@@ -87,10 +87,12 @@ def test_redirected_and_unreachable_robots_lose_no_site(redis_url: str, make_web
     # every hop is a request the site sees: no two requests to a domain closer than the delay
     short = [(a.path, b.path, round(b.ms - a.ms)) for a, b in consecutive(log) if b.ms - a.ms < 500]
     assert not short, short
-    assert stats["crawler/robots/postponed"] >= 2 and stats["crawler/robots/unreachable"] >= 2
+    # each outage or timeout was met at least once (the test web starts it with the domain's
+    # first robots.txt request) and postponed the request that asked
+    down = sum(kind in ("outage", "timeout") for kind in kinds.values())
+    assert stats["crawler/robots/unreachable"] >= down and stats["crawler/robots/postponed"] >= down, down
     assert stats["crawler/robots/redirects_unavailable"] == sum(k in ("loop", "hops6") for k in kinds.values())
     assert stats.get("crawler/dlq/robots_unreachable", 0) == 0
-    assert stats["crawler/loop/lag_max_ms"] < 500
 
 
 def test_robots_unreachable_past_the_deadline_turns_its_urls_into_dead_letters(

@@ -11,8 +11,9 @@ from typing import Any
 PAGE_FAULTS = ("404", "410", "429", "500", "503", "slow", "drop", "redirect", "big", "pdf")
 #: robots.txt faults a domain can have: statuses, garbage, redirect chains
 #: (same host, http -> https, apex -> www, a loop, six hops), an outage (503
-#: or no answer for ``robots_outage_s`` after start), and hostile files (600
-#: KiB with rules past 500 KiB, 30,000 wildcard rules)
+#: or no answer for ``robots_outage_s`` from the domain's first robots.txt
+#: request), and hostile files (600 KiB with rules past 500 KiB, 30,000
+#: wildcard rules)
 #: hostile markup a domain's pages can be made of after their links: 250 KB
 #: that a tree builder nests ever deeper (Lexbor's cost grows with the square
 #: of the nesting; bench/bench_extract.py measures each)
@@ -47,7 +48,7 @@ class WebConfig:
     # their links followed by nested markup up to `nested_size` bytes
     nested: dict[str, float] = field(default_factory=dict)
     nested_size: int = 250_000
-    robots_outage_s: float = 30.0  # "outage"/"timeout" robots.txt: how long after start
+    robots_outage_s: float = 30.0  # "outage"/"timeout" robots.txt: how long, from its first request
     robots_timeout_ms: int = 5_000  # "timeout" robots.txt: answer this late during the outage
     # pages whose links must not be followed: <meta name="robots" content="nofollow">,
     # and X-Robots-Tag: nofollow (home pages excepted)

@@ -102,7 +102,10 @@ class Site:
         self.config = config
         self.port = config.public_port or port
         self.plain_port = plain_port  # with tls and also_plain: the plain HTTP listener
-        self.started = time.monotonic()
+        # domain -> when its robots.txt was first asked for: an "outage" or
+        # "timeout" lasts robots_outage_s from then, so a client sees it
+        # however long it took to start
+        self.robots_asked: dict[int, float] = {}
         self.hosts = {config.domain(i): i for i in range(config.domains)}
         self.hosts.update({"www." + config.domain(i): i for i in range(config.domains)})
         self.robots_bodies: dict[str, bytes] = {}
@@ -245,7 +248,7 @@ class Site:
             return _redirect(f"https://{name or apex}:{self.port}/robots.txt", 301)
         if fault == "www" and name == apex:
             return _redirect(f"{'https' if secure else 'http'}://www.{apex}:{self._port(secure)}/robots.txt", 301)
-        if fault in ("outage", "timeout") and time.monotonic() - self.started < c.robots_outage_s:
+        if fault in ("outage", "timeout") and self._robots_out(d):
             if fault == "outage":
                 return _small(503, "robots.txt unavailable for now")
             reply = self._robots_file(d)
@@ -254,6 +257,12 @@ class Site:
         if fault in ("big", "wildcards"):
             return Reply(200, [self._hostile_robots(fault)], content_type=b"text/plain")
         return self._robots_file(d)
+
+    def _robots_out(self, d: int) -> bool:
+        """Whether the robots.txt outage of domain ``d`` lasts: it begins with
+        the first request for it, on any of the domain's hosts and schemes."""
+        now = time.monotonic()
+        return now - self.robots_asked.setdefault(d, now) < self.config.robots_outage_s
 
     def _port(self, secure: bool) -> int:
         return self.port if secure or self.plain_port is None else self.plain_port

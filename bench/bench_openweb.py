@@ -16,6 +16,7 @@ Measured over the steady window (``--warmup`` seconds after the start to
     python bench/bench_openweb.py [--domains 3000] [--delay 10] [--seconds 90]
         [--concurrency 1000] [--latency-ms 200] [--bandwidth 500000] [--plain-http]
         [--profile classic|small|big|both] [--only ours|scrapy|bare] [--crawler-root PATH]
+        [--before-root PATH]
 
 ``--profile``: page sizes of the test web: ``classic`` (the default: the test
 web's own sizes, median 138 kB, mean 242 kB, at ``--bandwidth``, as the
@@ -28,7 +29,11 @@ this bench (no storage, no Redis, no crash safety), as a floor of CPU per page.
 ``--plain-http`` serves plain HTTP and ``--latency-ms 0 --bandwidth 0`` an
 instant web: figures of such a run are labelled as stripped-down.
 ``--crawler-root`` runs the billion spider from another checkout (to
-measure an older version against the same web).
+measure an older version against the same web); ``--before-root`` runs it
+from a second checkout just before ours, on the same web, in the same table.
+The slack line: per domain, the site-side gap between two requests minus the
+delay, from the end of the answer (``CRAWLER_DELAY_FROM=finish``, billion's,
+and the bare crawler's) or from its arrival (Scrapy's ``DOWNLOAD_DELAY``).
 """
 
 from __future__ import annotations
@@ -71,18 +76,50 @@ COMPONENTS = (
 )
 
 
-def classify(stack: str) -> str:
+#: ``--areas``: a finer split, for attributing the gap to the bare crawler
+#: (bench/README.md, "Where the CPU goes"). The collector's CPU shows inside
+#: whichever area allocated when a collection started: py-spy cannot see it.
+AREAS = (
+    ("WARC", ("warcfile.py", "extensions/warc.py", "fetch/received.py", "isal/", "hashlib")),
+    ("links", ("crawler/links.py", "_fastjoin.py", "_hrefscan", "selectolax", "ada_url", "bare_links (",
+               "bare_clean (")),
+    ("frontier", ("crawler/scheduler/", "redis/", "hiredis", "msgpack", "middlewares/acks.py", "crawler/seeds.py")),
+    ("our middlewares", ("crawler/middlewares/",)),
+    ("TLS", ("fetch/_tls.py", "fetch/_openssl.py", "OpenSSL/", "cryptography/", "ssl.py", "asyncio/sslproto.py",
+             "aiohttp/connector.py")),
+    ("our fetch handler", ("crawler/fetch/", "crawler/resolver.py")),
+    ("logging/stats", ("logging/", "statscollectors.py", "crawler/lean.py", "logformatter.py", "crawler/extensions/")),
+    ("signals", ("signalmanager.py", "pydispatch/", "scrapy/utils/signal.py")),
+    ("Scrapy scraper/spidermw", ("scrapy/core/scraper.py", "scrapy/core/spidermw.py", "spidermiddlewares/",
+                                 "scrapy/utils/asyncgen.py", "scrapy/utils/python.py", "scrapy/pipelines/",
+                                 "scrapy/utils/decorators.py", "scrapy/utils/spider.py")),
+    ("Scrapy downloader+mw", ("scrapy/core/downloader/", "downloadermiddlewares/", "scrapy/utils/httpobj.py",
+                              "scrapy/utils/url.py", "scrapy/utils/response.py")),
+    ("Scrapy engine", ("scrapy/core/engine.py", "scrapy/core/scheduler.py", "scrapy/utils/reactor.py",
+                       "scrapy/crawler.py")),
+    ("Scrapy requests/responses", ("scrapy/http/", "scrapy/item.py", "w3lib/", "scrapy/utils/datatypes.py",
+                                   "scrapy/utils/trackref.py")),
+    ("Deferreds/coroutines glue", ("scrapy/utils/defer.py", "scrapy/utils/asyncio.py", "twisted/internet/defer.py",
+                                   "twisted/python/failure.py", "scrapy/middleware.py", "scrapy/utils/")),
+    ("spider", ("crawler/spiders/",)),
+    ("HTTP client (aiohttp)", ("aiohttp/", "multidict", "yarl/", "twisted/web/")),
+    ("event loop", ("twisted/internet/", "asyncio/", "uvloop", "selectors.py", "socket.py", "bare_crawler.py")),
+)
+
+
+def classify(stack: str, table: tuple[tuple[str, tuple[str, ...]], ...] = COMPONENTS) -> str:
     for frame in reversed(stack.split(";")):
-        for name, fragments in COMPONENTS:
+        for name, fragments in table:
             if any(f in frame for f in fragments):
                 return name
     return "other"
 
 
-def profile(pid: int, seconds: float, out: Path) -> dict[str, float]:
+def profile(pid: int, seconds: float, out: Path, rate: int = 200,
+            table: tuple[tuple[str, tuple[str, ...]], ...] = COMPONENTS) -> dict[str, float]:
     """Share of the process's samples by component (py-spy, all threads)."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    subprocess.run([py_spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200",
+    subprocess.run([py_spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate),
                     "--format", "raw", "--output", str(out), "--nonblocking"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     shares: Counter[str] = Counter()
@@ -91,7 +128,7 @@ def profile(pid: int, seconds: float, out: Path) -> dict[str, float]:
     for line in out.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if count.isdigit():
-            shares[classify(stack)] += int(count)
+            shares[classify(stack, table)] += int(count)
     total = sum(shares.values()) or 1
     return {name: n / total for name, n in shares.items()}
 
@@ -106,11 +143,14 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     time.sleep(args.warmup)
     window = args.seconds - args.warmup - 5
     cpu0, redis0 = cpu_seconds(proc.pid), cpu_seconds(redis.proc.pid)  # type: ignore[union-attr]
+    web0 = cpu_seconds(web.proc.pid)  # type: ignore[union-attr]
     t0 = time.time()
-    shares = profile(proc.pid, window, (args.profile_dir or tmp) / f"{name.split()[0]}.raw")
+    shares = profile(proc.pid, window, (args.profile_dir or tmp) / f"{name.split()[0]}.raw", args.spy_rate,
+                     AREAS if args.areas else COMPONENTS)
     time.sleep(max(0.0, t0 + window - time.time()))
     t1 = time.time()
     cpu1, redis1 = cpu_seconds(proc.pid), cpu_seconds(redis.proc.pid)  # type: ignore[union-attr]
+    web1 = cpu_seconds(web.proc.pid)  # type: ignore[union-attr]
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -126,6 +166,11 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     seen_before = {(e.domain, e.target) for e in pages if e.ms < t0 * 1000}
     new = len({(e.domain, e.target) for e in in_window} - seen_before)
     cpu = cpu1 - cpu0
+    # the crawler's share of the wait (site-side gap minus the delay), of the
+    # intervals that ended in the window, from the delay's reference point
+    from_end = from_finish(name, args)
+    slack = sorted((b.ms - (a.done if from_end else a.ms)) / 1000 - args.delay
+                   for a, b in pairs if t0 * 1000 <= b.ms < t1 * 1000 and (a.done or not from_end))
     return {
         "pages_total": len({(e.domain, e.target) for e in pages}),
         "window": t1 - t0, "fetches": len(in_window), "distinct": distinct, "new": new,
@@ -133,8 +178,31 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         "pages_per_cpu_s": new / cpu if cpu else 0.0,
         "redis_ms": (redis1 - redis0) / max(new, 1) * 1000, "rss_mb": usage.ru_maxrss / 1024,
         "shares": shares, "elapsed": time.time() - started,
-        "gaps": (starts, finishes),
+        "gaps": (starts, finishes), "slack": slack, "slack_from": "end of answer" if from_end else "arrival",
+        "web_cpu": (web1 - web0) / (t1 - t0),
     }
+
+
+def from_finish(name: str, args: argparse.Namespace) -> bool:
+    """Whether the crawl counts its delay from the end of the previous answer
+    (ours with ``CRAWLER_DELAY_FROM=finish``, billion's default, and the bare
+    crawler) rather than from its arrival (Scrapy's ``DOWNLOAD_DELAY``)."""
+    if "plain" in name:
+        return False
+    if "ours" in name:
+        return not any(s.replace(" ", "") == "CRAWLER_DELAY_FROM=start" for s in args.set)
+    return True
+
+
+def slack_line(slack: list[float], reference: str, delay: float) -> str:
+    """Median, p90 and max of the slack, and how many intervals were under the delay."""
+    if not slack:
+        return "  slack: no interval in the window"
+    def at(q: float) -> float:
+        return slack[min(len(slack) - 1, int(q * len(slack)))] * 1000
+    return (f"  slack (site-side gap from the {reference} minus the {delay:g} s delay, {len(slack):,} intervals "
+            f"ending in the window): median {at(0.5):.0f} ms, p90 {at(0.9):.0f} ms, max {slack[-1] * 1000:.0f} ms; "
+            f"{sum(s < 0 for s in slack)} under the delay (answers never finished left out)")
 
 
 #: page-size profiles: (size_median, size_mean, bytes/s per connection); None: --bandwidth
@@ -184,6 +252,10 @@ def crawls(args: argparse.Namespace, web: TestWebProcess, redis: RedisServer, tm
              *(["--ca-file", web.ca_file] if web.ca_file else [])],
             dict(os.environ), ROOT),
     }
+    if args.before_root:  # the same crawl from another checkout first: before and after in one run
+        cmd, env, _ = runs["ours (billion, defaults)"]
+        root = args.before_root.resolve()
+        runs = {f"ours before ({root.name})": (cmd, dict(env, PYTHONPATH=str(root)), root), **runs}
     if args.only:
         prefix = {"ours": "ours", "scrapy": "plain", "bare": "bare"}[args.only]
         runs = {k: v for k, v in runs.items() if k.startswith(prefix)}
@@ -205,6 +277,8 @@ def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess,
               f"{min(starts) / 1000:.3f} s, {sum(g < limit for g in starts)} under {delay:g} s; "
               f"end of answer to next arrival min {min(finishes) / 1000:.3f} s, "
               f"{sum(g < limit for g in finishes)} under")
+    print(slack_line(r["slack"], r["slack_from"], delay)  # type: ignore[arg-type]
+          + f"; test web CPU {r['web_cpu']:.0%} of a core (saturated: the site's own wait counts as slack)")
     if shares:
         print("  CPU ms per page by component: " + ", ".join(
             f"{k} {v * r['cpu_ms']:.2f} ({v:.0%})"  # type: ignore[operator]
@@ -227,7 +301,13 @@ def main() -> None:
     p.add_argument("--plain-http", action="store_true")
     p.add_argument("--only", choices=("ours", "scrapy", "bare"))
     p.add_argument("--crawler-root", type=Path, default=ROOT)
+    p.add_argument("--before-root", type=Path, help="also run billion from this checkout, just before ours")
     p.add_argument("--profile-dir", type=Path, help="keep py-spy's raw samples here")
+    p.add_argument("--spy-rate", type=int, default=200,
+                   help="py-spy samples per second (idle threads are not sampled: a run at 70%% CPU "
+                        "for 100 s at 300/s keeps about 21,000)")
+    p.add_argument("--areas", action="store_true",
+                   help="split CPU per page into the finer areas of AREAS (bench/README.md, 'Where the CPU goes')")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a Scrapy setting for our crawl (e.g. CRAWLER_WARC_DIR= : a stripped-down run)")
     args = p.parse_args()
@@ -267,10 +347,11 @@ def main() -> None:
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     print(f"\n{label}summary (load average before the end {load}; {BARE} is written for this bench)")
-    print(f"{'profile':8} {'crawler':62} {'pages/s':>8} {'of bound':>9} {'CPU ms/page':>12} {'peak RSS MB':>12}")
+    print(f"{'profile':8} {'crawler':62} {'pages/s':>8} {'of bound':>9} {'CPU ms/page':>12} {'peak RSS MB':>12} {'slack p50 ms':>13}")
     for sizes, label_, r in table:
         print(f"{sizes:8} {label_:62} {r['pages_s']:8.1f} {r['pages_s'] / bound:9.0%} "  # type: ignore[operator]
-              f"{r['cpu_ms']:12.2f} {r['rss_mb']:12.0f}")
+              f"{r['cpu_ms']:12.2f} {r['rss_mb']:12.0f} "
+              f"{(r['slack'][len(r['slack']) // 2] * 1000 if r['slack'] else float('nan')):13.0f}")  # type: ignore[index]
     for sizes in dict.fromkeys(s for s, _, _ in table):
         by = {label_.split()[0]: r for s, label_, r in table if s == sizes}
         if "ours" in by:

@@ -11,11 +11,15 @@ contract (:mod:`crawler.fetch._openssl`, which refuses to import instead);
 
 Checked against: Scrapy ``SCRAPY`` (``ExecutionEngine._slot.inprogress`` and
 ``.nextcall``, ``Scraper.slot.active``/``.queue``, the stats collector's
-``__getattribute__`` wrapper that :class:`crawler.lean.MemoryStats` undoes).
+``__getattribute__`` wrapper that :class:`crawler.lean.MemoryStats` undoes,
+and the downloader's ``active`` set and ``total_concurrency`` cap, which its
+``needs_backout`` reads before each request: not private, but not documented
+as settable while the crawl runs).
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 SCRAPY = ">=2.13,<2.20"
@@ -51,6 +55,27 @@ def wake_engine(engine: Any) -> bool | None:
     return True
 
 
+def downloader_load(engine: Any) -> tuple[int, int] | None:
+    """(requests in the downloader, its cap; 0: no cap); None when the
+    downloader is not there or its state moved."""
+    downloader = getattr(engine, "downloader", None)
+    active = getattr(downloader, "active", None)
+    cap = getattr(downloader, "total_concurrency", None)
+    if active is None or not isinstance(cap, int):
+        return None
+    return len(active), cap
+
+
+def set_downloader_cap(engine: Any, cap: int) -> bool:
+    """Let the downloader hold at most ``cap`` requests from now on (0: no
+    cap); False when its state moved."""
+    downloader = getattr(engine, "downloader", None)
+    if not isinstance(getattr(downloader, "total_concurrency", None), int):
+        return False
+    downloader.total_concurrency = cap
+    return True
+
+
 def missing(engine: Any = None) -> list[str]:
     """The private names the crawler uses that the installed Scrapy (with a
     running ``engine``, when given) and pyOpenSSL lack."""
@@ -67,4 +92,8 @@ def missing(engine: Any = None) -> list[str]:
         gone += [f"ExecutionEngine._slot.{name}" for name in ("inprogress", "nextcall")
                  if not hasattr(slot, name)]
         gone += [f"Scraper.slot.{name}" for name in ("active", "queue") if not hasattr(scraper_slot, name)]
+    from scrapy.core.downloader import Downloader
+
+    if "total_concurrency" not in inspect.getsource(Downloader.needs_backout):
+        gone.append("Downloader.needs_backout reading total_concurrency (the concurrency cap is not obeyed)")
     return gone

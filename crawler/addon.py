@@ -22,6 +22,7 @@ from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.python import global_object_name
 
 from crawler.connection import configured_url, mask_url, scrapy_redis_parts
+from crawler.extensions.concurrency import ConcurrencyController
 from crawler.extensions.gcpauses import GcPauses
 from crawler.extensions.looplag import LoopLagProbe
 from crawler.extensions.metrics import MetricsExtension
@@ -72,7 +73,7 @@ SPIDER_MIDDLEWARES = {
 }
 # GcPauses before StatsFile: its stats are set when the spider closes, before they are written
 EXTENSIONS = {GcPauses: 490, Progress: 500, StatsFile: 510, WarcExtension: 520, MetricsExtension: 530,
-              LoopLagProbe: 540}
+              LoopLagProbe: 540, ConcurrencyController: 550}
 
 
 class Addon:

@@ -10,6 +10,7 @@ from importlib.metadata import version
 from types import SimpleNamespace
 
 from packaging.specifiers import SpecifierSet
+
 from crawler import _compat
 from tests.servers import ROOT
 
@@ -45,6 +46,14 @@ engine._slot.add_request(downloading)
 engine.scraper.slot.add_response_request(HtmlResponse("http://x.test/2", body=b""), scraping)
 assert _compat.engine_busy(engine) == {id(downloading), id(scraping)}, "engine_busy"
 assert _compat.wake_engine(engine) is True and woken == [1], "wake_engine"
+from scrapy.core.downloader import Downloader
+from scrapy.utils.test import get_crawler
+downloader = Downloader(get_crawler(settings_dict={"CONCURRENT_REQUESTS": 4}))
+loaded = SimpleNamespace(downloader=downloader)
+assert _compat.downloader_load(loaded) == (0, 4), "downloader_load"
+downloader.active.update({Request("http://x.test/a"), Request("http://x.test/b")})
+assert _compat.set_downloader_cap(loaded, 2) and downloader.needs_backout(), "set_downloader_cap"
+assert _compat.set_downloader_cap(loaded, 3) and not downloader.needs_backout(), "set_downloader_cap"
 print("MOVED:", ", ".join(gone) if gone else "nothing")
 """
 
@@ -62,5 +71,6 @@ def test_a_moved_internal_is_named_not_raised() -> None:
     assert _compat.engine_busy(moved) is None
     assert _compat.wake_engine(moved) is False
     assert _compat.wake_engine(SimpleNamespace(_slot=None)) is None  # not running: nothing to say
+    assert _compat.downloader_load(moved) is None and _compat.set_downloader_cap(moved, 5) is False
     gone = _compat.missing(moved)
     assert "ExecutionEngine._slot.inprogress" in gone and "Scraper.slot.active" in gone

@@ -255,8 +255,11 @@ def test_scrapy_redis_example_project_on_the_addon(make_web, tmp_path: Path) -> 
             (project / name).write_text(text)
         with open(project / "example" / "settings.py", "a") as settings:
             settings.write(ADDED)
+        # answers that take 300 ms, and one request at a time per worker: while one worker fetches a
+        # page, three domains wait for the other, so both fetch (with instant pages and many requests
+        # in flight, the worker that acknowledges first learns when each domain is due and may take them all)
         web = make_web(domains=4, pages=5, links=4, size_fixed=2000, private_share=0, cross_share=0.2,
-                       dup_share=0, crawl_delay_share=0, faults={"500": 0.25})
+                       dup_share=0, crawl_delay_share=0, faults={"500": 0.25}, latency_ms=300, latency_sigma=0)
         urls = [web.url(d, "/" if k == 0 else f"/p/{k}.html") for d in range(4) for k in range(5)]
         env = scrapy_env(None, settings=None)  # the project in the working folder decides
         logs = [tmp_path / f"crawl{n}.log" for n in range(2)]
@@ -265,7 +268,8 @@ def test_scrapy_redis_example_project_on_the_addon(make_web, tmp_path: Path) -> 
             with open(path, "w") as stderr:
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "scrapy", "crawl", "myspider_redis", "-s", "RETRY_ENABLED=False",
-                     "-s", "MAX_IDLE_TIME_BEFORE_CLOSE=8"],
+                     "-s", "MAX_IDLE_TIME_BEFORE_CLOSE=8", "-s", "CONCURRENT_REQUESTS=1",
+                     "-s", "REDIS_START_URLS_BATCH_SIZE=20"],
                     cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=stderr))
         try:
             # both workers up and waiting on their frontier, then the example's own workflow:

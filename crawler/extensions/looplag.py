@@ -7,6 +7,8 @@ call. The worst lateness of the crawl is the stat ``crawler/loop/lag_max_ms``
 (also a Prometheus gauge, ``crawler_loop_lag_max_seconds``), the latest one
 ``crawler/loop/lag_ms``; stalls over 100 ms are counted
 (``crawler/loop/stalls``) and the worst is logged when the crawl ends.
+:meth:`LoopLagProbe.worst_since` gives the worst lateness since the last
+call (the concurrency controller backs off on it: ``concurrency.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class LoopLagProbe:
             raise NotConfigured
         self.stats = crawler.stats
         self.worst = 0.0
+        self.recent = 0.0  # worst since the last worst_since()
         self.expected = 0.0
         self.call: Any = None
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
@@ -65,6 +68,7 @@ class LoopLagProbe:
     def _fire(self) -> None:
         lag = max(0.0, (time.monotonic() - self.expected) * 1000)
         self.stats.set_value("crawler/loop/lag_ms", round(lag, 1))
+        self.recent = max(self.recent, lag)
         if lag > self.worst:
             self.worst = lag
             self.stats.set_value("crawler/loop/lag_max_ms", round(lag, 1))
@@ -72,6 +76,11 @@ class LoopLagProbe:
             self.stats.inc_value("crawler/loop/stalls")
             logger.debug("Event loop stalled %.0f ms", lag)
         self._schedule()
+
+    def worst_since(self) -> float:
+        """The worst lateness, in ms, since the previous call (0.0 at first)."""
+        recent, self.recent = self.recent, 0.0
+        return recent
 
     def spider_closed(self) -> None:
         active = getattr(self.call, "active", None)  # a Twisted DelayedCall says; a TimerHandle does not mind

@@ -88,8 +88,9 @@ class Progress:
             - stats.get_value("downloader/exception_type_count/scrapy.exceptions.IgnoreRequest", 0)
         )
         logger.info(
-            "pages=%d (%.1f/s) queued=%s domains=%d duplicates=%d errors=%d worst_stall=%.0fms",
+            "pages=%d (%.1f/s) queued=%s domains=%d duplicates=%d errors=%d worst_stall=%.0fms in_flight=%s/%s",
             pages, rate, "?" if queued is None else queued, len(self.domains),
             duplicates(stats.get_stats()), errors, stats.get_value("crawler/loop/lag_max_ms", 0),
+            stats.get_value("crawler/concurrency/in_flight", "-"), stats.get_value("crawler/concurrency/cap", "-"),
         )
         stats.set_value("crawler/domains_seen", len(self.domains))

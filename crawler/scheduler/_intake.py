@@ -69,17 +69,20 @@ class Intake:
             return False
         return True
 
-    def take(self, acks: Sequence[str | Ack]) -> None:
-        """Lease what is due, acknowledging ``acks`` in the same call."""
+    def take(self, acks: Sequence[str | Ack], room: int | None = None) -> None:
+        """Lease what is due, acknowledging ``acks`` in the same call; no
+        more than ``room`` (the requests the engine may start now), so no
+        domain waits leased here while its turn passes."""
         now = self.clock.monotonic()
-        result = self.frontier.take(self.prefetch, acks, self.call, self.took)
+        want = min(self.prefetch, room) if room else self.prefetch
+        result = self.frontier.take(want, acks, self.call, self.took)
         # the next call's name: a retry of this one reuses it; its reply is here
         self.took, self.call = self.call, uuid.uuid4().hex
         self.last_take = now
         inc(self.stats, "crawler/frontier/acked", len(acks))
         inc(self.stats, "crawler/frontier/polls")
         self.buffer.extend(result.items)
-        if len(result.items) >= self.prefetch:
+        if len(result.items) >= want:
             self.empty_polls = 0
             self.next_poll = 0.0  # more may be due right now
             return

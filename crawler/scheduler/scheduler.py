@@ -31,6 +31,7 @@ import redis
 from scrapy.utils.misc import load_object
 from twisted.internet import task
 
+from crawler._compat import downloader_load
 from crawler.clock import SYSTEM, Clock, from_path
 from crawler.connection import _reason, get_redis, mask_url, persistence_warning
 from crawler.scheduler import _codec as codec
@@ -300,8 +301,17 @@ class FrontierScheduler:
             if drained is not None:
                 self.writes.count(drained)
         acks = self.writes.acks
-        self.intake.take(acks)
+        self.intake.take(acks, self._room())
         self.writes.acks = []
+
+    def _room(self) -> int | None:
+        """Requests the engine may start now: the downloader's cap
+        (``CONCURRENT_REQUESTS``, or what ``extensions/concurrency.py`` sets)
+        less what is in flight; None without a cap."""
+        load = downloader_load(self.crawler.engine)
+        if load is None or not load[1]:
+            return None
+        return max(1, load[1] - load[0])
 
     # --- state -----------------------------------------------------------
 

@@ -104,6 +104,21 @@ class FrontierService:
         """Seconds between two requests to one domain (``CRAWLER_DOMAIN_DELAY``)."""
         return self._scheduler.config.politeness.delay
 
+    def due_domains(self, within: float = 0.0) -> int:
+        """Domains of this frontier with queued requests due within
+        ``within`` seconds on the server's clock (parked ones, whose request
+        is out, are not in the ready set); 0 while Redis is away."""
+        try:
+            now_ms = self.frontier.clock.server_ms(self.frontier.client)
+            return int(self.frontier.client.zcount(self.frontier.keys.ready, "-inf", now_ms + int(within * 1000)))
+        except REDIS_ERRORS as exc:
+            self.guard.failed(exc)
+            return 0
+
+    def leased_waiting(self) -> int:
+        """Requests this worker leased that the engine has not started."""
+        return len(self._scheduler.intake)
+
     def set_robots_delay(self, domain: str, seconds: float) -> None:
         """A robots.txt ``Crawl-delay`` for ``domain``."""
         try:

@@ -74,10 +74,11 @@ class BillionSpider(scrapy.Spider):
         # one item per page; Scrapy starts CONCURRENT_ITEMS tasks for every
         # response (100 by default): a quarter of the crawl's CPU
         "CONCURRENT_ITEMS": 1,
-        # concurrency = pages/s wanted x seconds per fetch: 512 keeps a core
-        # busy at 1 s per fetch; the frontier hands out due domains only, so
-        # fewer due domains simply mean fewer requests in flight
-        "CONCURRENT_REQUESTS": 512,
+        # no fixed cap (0, Scrapy's "no limit", over the project's): the cap of
+        # requests in flight follows the due domains within CRAWLER_MEMORY_BUDGET
+        # (crawler/extensions/concurrency.py); -s CONCURRENT_REQUESTS=N still caps it
+        "CONCURRENT_REQUESTS": 0,
+        "CRAWLER_PREFETCH": 128,  # leases per dequeue round trip (its default is CONCURRENT_REQUESTS)
         "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
         # DNS: Scrapy resolves in the reactor's thread pool, caching answers
         "REACTOR_THREADPOOL_MAXSIZE": 32,

@@ -63,9 +63,9 @@ COMPONENTS = (
              "asyncio/sslproto.py",
              "service_identity/", "cryptography/", "contextfactory.py", "downloader/tls.py")),
     ("parse", ("crawler/links.py", "_fastjoin.py", "selectolax", "linkextractors/", "lxml", "parsel/",
-               "canonical.py", "ada_url",
+               "crawler/scheduler/identity.py", "ada_url",
                "bare_links (", "bare_clean (")),  # bench/bare_crawler.py (Lexbor is Cython: unseen)
-    ("frontier", ("crawler/scheduler/", "redis/", "hiredis", "crawler/deadletters.py", "scrapy_redis/",
+    ("frontier", ("crawler/scheduler/", "redis/", "hiredis", "scrapy_redis/",
                   "scrapy/core/scheduler.py", "pqueues.py", "queuelib/", "dupefilters.py")),
     ("HTTP", ("twisted/web/", "handlers/http11.py", "twisted/internet/tcp.py", "twisted/internet/endpoints.py",
               "scrapy/http/", "scrapy/responsetypes.py", "resolver.py", "crawler/fetch/",

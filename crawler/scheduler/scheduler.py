@@ -223,7 +223,7 @@ class FrontierScheduler:
     # --- what the middlewares report ---------------------------------------
 
     def ack(self, request: Request, end: str = STORED) -> None:
-        """The request is done, ended as ``end`` (``marks.ENDS``); its lease
+        """The request is done, ended as ``end`` (one of ``_leases.ENDS``); its lease
         is released, and its domain's next turn set, within
         ``CRAWLER_ACK_INTERVAL`` (a stored page's once its storage holds it)."""
         ack = self.leases.done(request, end)

@@ -76,7 +76,7 @@ class FrontierService:
         self._scheduler.note_fetch(request, began, ended)
 
     def ack(self, request: Request, end: str) -> None:
-        """``request`` is done, ended as ``end`` (``marks.ENDS``)."""
+        """``request`` is done, ended as ``end`` (one of ``_leases.ENDS``)."""
         self._scheduler.ack(request, end)
 
     def keep_pages_with(self, storage: Storage) -> None:

@@ -224,3 +224,14 @@ def test_policy_keeps_the_users_cap_and_the_floor() -> None:
     assert policy(floor=16, user_cap=8).cap(inputs(0, 0)) == (8, "user")  # a user's cap below the floor wins
     tight = policy(floor=16, budget_cap=4)
     assert tight.cap(inputs(3, 100)) == (16, "budget")  # never below the floor
+
+
+def test_concurrent_requests_keeps_scrapys_meaning() -> None:
+    from scrapy.utils.test import get_crawler
+
+    from crawler.extensions.concurrency import user_cap
+
+    assert user_cap(get_crawler(settings_dict={})) == 16  # Scrapy's default is a cap, as in Scrapy
+    assert user_cap(get_crawler(settings_dict={"CONCURRENT_REQUESTS": 40})) == 40
+    assert user_cap(get_crawler(settings_dict={"CONCURRENT_REQUESTS": 0})) is None  # "no limit": the due domains
+    assert user_cap(get_crawler(settings_dict={"CONCURRENT_REQUESTS": 0, "CRAWLER_CONCURRENCY_MAX": 300})) == 300

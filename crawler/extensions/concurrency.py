@@ -24,8 +24,10 @@ before each request it starts) is set to the smallest of:
   flight; when the process used more than ``CRAWLER_CONCURRENCY_MAX_CPU`` of
   the CPUs it may run on, it is held at what is in flight; otherwise it
   grows back by half an adjustment until the other bounds decide again.
-- **the user's** ``CONCURRENT_REQUESTS``, when a project, spider or command
-  line sets it above 0 (Scrapy's meaning: a cap), and ``CRAWLER_CONCURRENCY_MAX``.
+- ``CONCURRENT_REQUESTS`` when it is above 0, Scrapy's default of 16
+  included (Scrapy's meaning: a cap; ``0``, Scrapy's "no limit", is what
+  leaves the cap to the bounds above: ``billion`` sets it), and
+  ``CRAWLER_CONCURRENCY_MAX``.
 
 Stats: ``crawler/concurrency/cap`` and ``in_flight`` (at the last
 adjustment), ``cap_max``, ``in_flight_max``, ``due`` (domains due at the last
@@ -43,7 +45,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
-from scrapy.settings import SETTINGS_PRIORITIES
 
 from crawler._compat import downloader_load, set_downloader_cap, wake_engine
 from crawler.extensions.looplag import LoopLagProbe
@@ -115,14 +116,15 @@ class Policy:
 
 
 def user_cap(crawler: Crawler) -> int | None:
-    """``CRAWLER_CONCURRENCY_MAX``, and ``CONCURRENT_REQUESTS`` when something
-    above Scrapy's defaults set it above 0; None: no cap of the user's."""
+    """``CRAWLER_CONCURRENCY_MAX``, and ``CONCURRENT_REQUESTS`` when it is
+    above 0 (Scrapy's default, 16, included: Scrapy's meaning is kept, and
+    only ``0``, Scrapy's "no limit", leaves the cap to the due domains and
+    the budget); None: no cap."""
     settings = crawler.settings
     cap = setting(settings, "CRAWLER_CONCURRENCY_MAX") or None
-    if settings.getpriority("CONCURRENT_REQUESTS") > SETTINGS_PRIORITIES["default"]:
-        fixed = settings.getint("CONCURRENT_REQUESTS")
-        if fixed > 0:  # 0: no limit, in Scrapy's meaning
-            cap = min(cap or fixed, fixed)
+    fixed = settings.getint("CONCURRENT_REQUESTS")
+    if fixed > 0:
+        cap = min(cap or fixed, fixed)
     return cap
 
 

@@ -64,7 +64,9 @@ class FrontierSettings:
         """Read through the registry, which checks each value's form and range."""
         prefetch = setting(settings, "CRAWLER_PREFETCH")
         if prefetch is None:
-            prefetch = max(1, settings.getint("CONCURRENT_REQUESTS", 16))
+            # 0 is Scrapy's "no limit": the cap then follows the due domains (extensions/concurrency.py)
+            concurrent = settings.getint("CONCURRENT_REQUESTS", 16)
+            prefetch = concurrent if concurrent > 0 else 128
         return cls(
             prefix=setting(settings, "CRAWLER_KEY_PREFIX"),
             shard=setting(settings, "CRAWLER_SHARD"),

@@ -78,7 +78,6 @@ class BillionSpider(scrapy.Spider):
         # requests in flight follows the due domains within CRAWLER_MEMORY_BUDGET
         # (crawler/extensions/concurrency.py); -s CONCURRENT_REQUESTS=N still caps it
         "CONCURRENT_REQUESTS": 0,
-        "CRAWLER_PREFETCH": 128,  # leases per dequeue round trip (its default is CONCURRENT_REQUESTS)
         "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
         # DNS: Scrapy resolves in the reactor's thread pool, caching answers
         "REACTOR_THREADPOOL_MAXSIZE": 32,

@@ -37,3 +37,10 @@ WARC = "_crawler_warc"
 MAX_PAGE_BYTES = "crawler_max_page_bytes"
 ANY_TYPE = "crawler_any_type"
 FALLBACK = "crawler_fallback_url"
+
+
+def page_limit(meta: dict, default: int) -> int:
+    """The bytes of body kept for a request with ``meta``: its own
+    ``MAX_PAGE_BYTES`` (robots.txt requests carry ``CRAWLER_ROBOTS_MAX_BYTES``),
+    else ``default``."""
+    return int(meta.get(MAX_PAGE_BYTES, default))

@@ -66,7 +66,7 @@ from crawler.fetch._decode import accepted
 from crawler.fetch._exchange import Connection, Exchange, HeadTooLarge, TooLarge
 from crawler.fetch._proxy import Proxy, Tunnel, connect_request, proxy_for
 from crawler.fetch._tls import TLS, TLSProtocol
-from crawler.middlewares.sizecap import page_limit
+from crawler.meta import page_limit
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class DownloadHandler(BaseDownloadHandler):
                 connection = await self.connect_proxy(target, proxy, key[3])
         # a request's own cap (robots.txt has one) holds even without the size-cap middleware
         exchange = Exchange(lambda e: self.head_received(request, start, e),
-                            page_limit(request, self.page_bytes or 1 << 62),
+                            page_limit(request.meta, self.page_bytes or 1 << 62),
                             int(request.meta.get("download_maxsize", self.maxsize)), self.max_head,
                             head_only=request.method == "HEAD", raw=self.keep_raw)
         connection.send(self.serialize(request, url, target, proxy), exchange)

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 
-from crawler.meta import ANY_TYPE, MAX_PAGE_BYTES, NON_HTML, ROBOTS, TRUNCATED
+from crawler.meta import (
+    ANY_TYPE,
+    NON_HTML,
+    ROBOTS,
+    TRUNCATED,
+    page_limit,
+)
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -25,12 +31,6 @@ if TYPE_CHECKING:
     from scrapy.http import Headers, Response
 
 HTML_TYPES = ("text/html", "application/xhtml+xml")
-
-
-def page_limit(request: Request, default: int) -> int:
-    """The bytes of body kept for ``request``: its own ``MAX_PAGE_BYTES``
-    (robots.txt requests carry ``CRAWLER_ROBOTS_MAX_BYTES``), else ``default``."""
-    return int(request.meta.get(MAX_PAGE_BYTES, default))
 
 
 class SizeCapMiddleware:
@@ -56,7 +56,7 @@ class SizeCapMiddleware:
             request.headers.setdefault(b"Connection", b"close")
 
     def limit(self, request: Request) -> int:
-        return page_limit(request, self.max_bytes)
+        return page_limit(request.meta, self.max_bytes)
 
     def headers_received(self, headers: Headers, body_length: int, request: Request, **kwargs: Any) -> None:
         if not self.html_only or request.meta.get(ROBOTS) or request.meta.get(ANY_TYPE):

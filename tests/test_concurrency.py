@@ -194,7 +194,7 @@ def test_policy_follows_demand_within_the_budget() -> None:
 
 
 def test_policy_backs_off_on_lag_and_holds_on_cpu_then_grows_back() -> None:
-    p = policy(floor=16, max_lag_ms=250)
+    p = policy(floor=16, max_lag_ms=250, max_cpu=0.95)
     # a loop that is late while it hardly works (a wait, a CPU other processes hold): no back-off
     assert p.cap(inputs(400, 300, lag=600, loop_cpu=0.2)) == (716, "due")
     assert p.cap(inputs(400, 300, lag=600, loop_cpu=0.2)) == (716, "due")

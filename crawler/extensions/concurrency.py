@@ -21,7 +21,7 @@ before each request it starts) is set to the smallest of:
   thread used at least ``CRAWLER_CONCURRENCY_LAG_CPU`` of a core (the lag is
   the crawl's own work: one stall, or a CPU other processes hold, is no
   reason to fetch less), the cap falls to three quarters of what is in
-  flight; when the process used more than ``CRAWLER_CONCURRENCY_MAX_CPU`` of
+  flight; when the process used more than ``CRAWLER_CONCURRENCY_MAX_CPU`` (off by default) of
   the CPUs it may run on, it is held at what is in flight; otherwise it
   grows back by half an adjustment until the other bounds decide again.
 - ``CONCURRENT_REQUESTS`` when it is above 0, Scrapy's default of 16

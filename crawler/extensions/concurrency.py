@@ -147,8 +147,6 @@ class ConcurrencyController:
         self.expected = 0.0  # when the next adjustment is due (monotonic)
         self.cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         self.clocks = (time.monotonic(), time.thread_time(), time.process_time())
-        self.cap_max = 0
-        self.in_flight_max = 0
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
@@ -166,8 +164,10 @@ class ConcurrencyController:
         if self.call is not None and self.call.active():
             self.call.cancel()
         self.call = None
-        logger.info("Concurrency: at most %d requests in flight, cap at most %d (%s last)", self.in_flight_max,
-                    self.cap_max, self.stats.get_value("crawler/concurrency/limit", "-"))
+        get = self.stats.get_value
+        logger.info("Concurrency: at most %d requests in flight, cap at most %d (%s last)",
+                    get("crawler/concurrency/in_flight_max", 0), get("crawler/concurrency/cap_max", 0),
+                    get("crawler/concurrency/limit", "-"))
 
     def _schedule(self) -> None:
         from twisted.internet import reactor
@@ -215,11 +215,7 @@ class ConcurrencyController:
         stats.inc_value("crawler/concurrency/adjustments")
         if self.policy.backed_off:
             stats.inc_value("crawler/concurrency/backoffs")
-        if cap > self.cap_max:
-            self.cap_max = cap
-            stats.set_value("crawler/concurrency/cap_max", cap)
-        if i.in_flight > self.in_flight_max:
-            self.in_flight_max = i.in_flight
-            stats.set_value("crawler/concurrency/in_flight_max", i.in_flight)
+        stats.max_value("crawler/concurrency/cap_max", cap)
+        stats.max_value("crawler/concurrency/in_flight_max", i.in_flight)
         logger.debug("Concurrency cap %d (%s): %d in flight, %d waiting, %d due, lag %.0f ms, loop CPU %.0f%%, "
                      "CPU %.0f%%", cap, limit, i.in_flight, i.waiting, i.due, i.lag_ms, i.loop_cpu * 100, i.cpu * 100)

@@ -8,6 +8,7 @@ defines the behaviour it runs against the same server as the reference."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import json
 import ssl
@@ -15,18 +16,21 @@ import subprocess
 import sys
 import threading
 import time
+import types
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import trustme
-from scrapy import Request
+from scrapy import Request, signals
 from scrapy.exceptions import (
     DownloadCancelledError,
     DownloadConnectionRefusedError,
     DownloadTimeoutError,
     IgnoreRequest,
     NotSupported,
+    StopDownload,
     UnsupportedURLSchemeError,
 )
 from scrapy.utils.test import get_crawler
@@ -415,3 +419,69 @@ def test_idle_pool_is_bounded_oldest_closed_first(serve) -> None:
     assert kept == ["c.test", "d.test", "e.test"]
     assert open_now == 3  # the two least recently used were closed
     assert h.crawler.stats.get_value("crawler/pool/evicted") == 2
+
+
+# the garbage a fetch leaves
+
+def _garbage_of(run: Callable[[], object]) -> list[str]:
+    """What ``run`` leaves that only the cyclic collector could free: type
+    names, and the code of frames."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        run()
+        gc.collect()
+        left = [f"frame {o.f_code.co_filename}" if isinstance(o, types.FrameType) else type(o).__qualname__
+                for o in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    return left
+
+
+def test_closed_connections_and_stopped_pages_leave_no_cycles(serve) -> None:
+    """A closed TLS connection and a page stopped by a signal go with their last
+    reference: a cycle would keep OpenSSL's buffers and the body until a
+    collection of the oldest generation."""
+    ca = trustme.CA()
+    closing = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + b"x" * 5000, tls=ca, close=True)
+    h = handler(CRAWLER_KEEPALIVE=False)
+    seen: list[object] = []
+
+    def stop(**_: Any) -> None:
+        raise StopDownload(fail=True)
+
+    async def go() -> None:
+        for i in range(5):
+            seen.append((await h.download_request(Request(closing.url(f"/{i}", host="a.test", scheme="https")))).status)
+        h.crawler.signals.connect(stop, signal=signals.bytes_received)
+        try:
+            await h.download_request(Request(closing.url("/stop", host="a.test", scheme="https")))
+        except StopDownload as e:
+            seen.append(len(e.response.body))
+        await h.close()
+
+    left = Counter(_garbage_of(lambda: asyncio.run(go())))
+    assert seen == [200] * 5 + [5000]
+    ours = {name: n for name, n in left.items()
+            if name in ("TLSProtocol", "Connection", "HtmlResponse", "Response", "StopDownload", "Failure")
+            or name.startswith("frame") and "crawler" in name}
+    assert not ours, left.most_common(12)
+
+
+@pytest.mark.parametrize(("delay", "kept"), [(10.0, True), (20.0, False), (70.0, False)])
+def test_connections_are_kept_when_the_domain_delay_is_under_the_idle_timeout(serve, delay: float,
+                                                                             kept: bool) -> None:
+    """With a delay at least CRAWLER_KEEPALIVE_TIMEOUT (20 s) a kept connection
+    would expire before the domain's next request: servers are asked to close."""
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    h = handler(CRAWLER_DOMAIN_DELAY=delay)
+    sizecap = SizeCapMiddleware(h.crawler)
+    requests = [Request(server.url(f"/{i}", host="a.test")) for i in range(3)]
+    for request in requests:
+        sizecap.process_request(request)
+    assert [r.status for r in fetch(h, *requests)] == [200] * 3
+    assert [b"\r\nConnection: close\r\n" in head for head in server.requests] == [not kept] * 3
+    assert len(server.peers) == (1 if kept else 3)

@@ -35,7 +35,7 @@ def pages(web) -> int:
 
 def test_sessions_are_resumed_per_host(redis_url: str, make_web, tmp_path: Path) -> None:
     web = make_web(**WEB)
-    result = crawl(web, tmp_path, redis_url, "LOG_LEVEL=DEBUG")  # billion: a new connection per request
+    result = crawl(web, tmp_path, redis_url, "LOG_LEVEL=DEBUG", "CRAWLER_KEEPALIVE=False")  # a connection per request
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Using asyncio event loop: uvloop.Loop" in result.stderr  # the project's loop
     counters = web.counters()  # its own connection is the only one not the crawler's

@@ -1,5 +1,5 @@
 """The crawler's own HTTP/1.1 and HTTPS download handler."""
 
-from crawler.fetch.handler import DownloadHandler
+from crawler.fetch.handler import DownloadHandler, keeps_alive
 
-__all__ = ["DownloadHandler"]
+__all__ = ["DownloadHandler", "keeps_alive"]

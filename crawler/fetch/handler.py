@@ -25,7 +25,7 @@ What it does differently from Scrapy's Twisted handler:
 - A request's own ``Accept-Encoding`` is sent as it is; the value Scrapy's
   ``HttpCompressionMiddleware`` puts in, or none, becomes the codings
   decoded here.
-- At most ``MAX_IDLE`` idle connections are kept, the least recently used
+- At most ``CRAWLER_KEEPALIVE_MAX_IDLE`` idle connections are kept, the least recently used
   closed first.
 - With ``CRAWLER_WARC_DIR`` set, each response is also kept as received
   (head and undecoded body, :mod:`crawler.fetch.received`) for the WARC
@@ -85,7 +85,6 @@ Key = tuple[str, str, int, Bind, Proxy | None]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # What Scrapy's HttpCompressionMiddleware puts in every request (scrapy 2.19)
 _SCRAPY_ACCEPT_ENCODING = b"gzip, deflate, br, zstd"
-MAX_IDLE = 512  # idle connections kept, all hosts together
 
 
 class RefusedURL(IgnoreRequest):
@@ -95,6 +94,14 @@ class RefusedURL(IgnoreRequest):
 class UnsupportedScheme(NotSupported, UnsupportedURLSchemeError):
     """Not http or https: Scrapy's dispatcher says NotSupported, its handler
     UnsupportedURLSchemeError; either ``except`` catches this."""
+
+
+def keeps_alive(settings: BaseSettings) -> bool:
+    """Whether connections are kept for the host's next request: with
+    ``CRAWLER_KEEPALIVE``, unless the delay between two requests to a domain
+    is as long as the idle timeout (the connection would expire unused)."""
+    return bool(setting(settings, "CRAWLER_KEEPALIVE")) and (
+        setting(settings, "CRAWLER_DOMAIN_DELAY") < setting(settings, "CRAWLER_KEEPALIVE_TIMEOUT"))
 
 
 class DownloadHandler(BaseDownloadHandler):
@@ -110,15 +117,14 @@ class DownloadHandler(BaseDownloadHandler):
         self.page_bytes = setting(settings, "CRAWLER_MAX_PAGE_BYTES") if capped else 0
         self.max_head = setting(settings, "CRAWLER_MAX_HEADER_BYTES")
         self.max_url = setting(settings, "CRAWLER_MAX_URL_LENGTH")
-        keepalive = setting(settings, "CRAWLER_KEEPALIVE")
-        self.idle_timeout = setting(settings, "CRAWLER_KEEPALIVE_TIMEOUT") if keepalive else 0.0
+        self.idle_timeout = setting(settings, "CRAWLER_KEEPALIVE_TIMEOUT") if keeps_alive(settings) else 0.0
         self.bind = _bind_address(settings.get("DOWNLOAD_BIND_ADDRESS"))
         self.accept_encoding = accepted()
         self.addresses = Addresses(settings, crawler.stats)
         self.tls = TLS(settings)
         self.idle: dict[Key, list[Connection]] = {}
         self.lru: OrderedDict[Connection, Key] = OrderedDict()  # every idle connection, oldest first
-        self.max_idle = MAX_IDLE
+        self.max_idle = setting(settings, "CRAWLER_KEEPALIVE_MAX_IDLE")
         self.warned_dataloss = False
         self.keep_raw = bool(setting(settings, "CRAWLER_WARC_DIR"))  # responses as received, for WARC
 
@@ -351,6 +357,9 @@ class DownloadHandler(BaseDownloadHandler):
                                                       dont_log=StopDownload, **kwargs)
         for _, result in results:
             if isinstance(result, Failure) and isinstance(result.value, StopDownload):
+                # the traceback's frames hold the page and this frame: a cycle
+                # that would keep the body until the next full collection
+                result.tb = result.value.__traceback__ = None
                 return result.value
         return None
 
@@ -395,7 +404,10 @@ class DownloadHandler(BaseDownloadHandler):
                            protocol=exchange.version.decode("latin-1"))
         if stop is not None and stop.fail:
             stop.response = response
-            raise stop
+            try:
+                raise stop
+            finally:
+                stop = None  # the traceback holds this frame: no cycle back to the exception
         return response
 
     async def close(self) -> None:

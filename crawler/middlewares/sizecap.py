@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
 
+from crawler.fetch import keeps_alive
 from crawler.meta import (
     ANY_TYPE,
     NON_HTML,
@@ -40,8 +41,7 @@ class SizeCapMiddleware:
             raise NotConfigured
         self.max_bytes = setting(settings, "CRAWLER_MAX_PAGE_BYTES")
         self.html_only = setting(settings, "CRAWLER_HTML_ONLY")
-        # with long politeness delays a connection is never reused anyway
-        self.keepalive = setting(settings, "CRAWLER_KEEPALIVE")
+        self.keepalive = keeps_alive(settings)
         self.stats = crawler.stats
         self.received: dict[int, int] = {}
         crawler.signals.connect(self.headers_received, signal=signals.headers_received)

@@ -70,7 +70,6 @@ class BillionSpider(scrapy.Spider):
         "CRAWLER_MAX_DEPTH": 16,
         "CRAWLER_DOMAIN_BUDGET": 100_000,
         "CRAWLER_WARC_DIR": "output/warc",
-        "CRAWLER_KEEPALIVE": False,  # 70 s apart, a connection is never worth keeping
         # one item per page; Scrapy starts CONCURRENT_ITEMS tasks for every
         # response (100 by default): a quarter of the crawl's CPU
         "CONCURRENT_ITEMS": 1,

@@ -163,7 +163,8 @@ end
 -- Offering requests to the frontier: per-domain exclusion, budget and cap,
 -- then dedup (exact or Bloom), then the push. Shared by enqueue and
 -- drain_inbox. new_offer(...).one(a, b, domain, prio, entry, filter) per
--- request, then .finish() -> {added, duplicates, capped, over_budget, excluded}.
+-- request (true when the request is marked seen now: added or a duplicate),
+-- then .finish() -> {added, duplicates, capped, over_budget, excluded}.
 local function new_offer(base, mode, cap, budget)
   local now = now_ms()
   local bloom = nil
@@ -206,12 +207,13 @@ local function new_offer(base, mode, cap, budget)
 
   local self = {}
   function self.one(a, b, domain, prio, entry, filter)
+    local seen = false
     local ex = excluded_set[domain]
     if ex == nil then
       ex = redis.call('SISMEMBER', base .. ':excluded', domain) == 1
       excluded_set[domain] = ex
     end
-    if ex then excluded = excluded + 1; return end
+    if ex then excluded = excluded + 1; return false end
     local n = counts[domain]
     if n == nil then
       local st = redis.call('HMGET', base .. ':dom:' .. domain, 'n', 'admitted')
@@ -229,8 +231,10 @@ local function new_offer(base, mode, cap, budget)
       if filter == '1' then
         if mode == 'exact' then
           new = redis.call('SADD', base .. ':seen:' .. a, b) == 1
+          seen = true
         elseif mode == 'bloom' then
           new = bloom_test_add(tonumber(a), tonumber(b))
+          seen = true
         end
       end
       if new then
@@ -244,6 +248,7 @@ local function new_offer(base, mode, cap, budget)
       end
     end
     counts[domain] = n
+    return seen
   end
 
   function self.finish()

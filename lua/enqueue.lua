@@ -10,14 +10,21 @@
 -- then per request, 6 values: a, b, domain, priority, entry, filter ("1" dedup, "0" dont_filter)
 --   exact: a = bucket, b = 64-bit digest slice as a decimal integer
 --   bloom: a, b = two 32-bit hashes of the digest (double hashing)
--- Returns {added, duplicates, capped, acked, over_budget, excluded}
+-- Returns {added, duplicates, capped, acked, over_budget, excluded, unseen}:
+--   unseen lists the 1-based places of the requests to dedup ("1") that were
+--   not marked seen (capped, over budget or excluded)
 local base = KEYS[1]
 local acks, i = read_list(4)
 local acked = ack_all(base, acks)
 local offer = new_offer(base, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+local unseen, n = {}, 0
 while i + 5 <= #ARGV do
-  offer.one(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+  n = n + 1
+  if not offer.one(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+      and ARGV[i + 5] == '1' then
+    unseen[#unseen + 1] = n
+  end
   i = i + 6
 end
 local r = offer.finish()
-return {r[1], r[2], r[3], acked, r[4], r[5]}
+return {r[1], r[2], r[3], acked, r[4], r[5], unseen}

@@ -14,10 +14,12 @@ from itertools import pairwise
 
 import pytest
 import redis
+from scrapy.settings import Settings
 
 from crawler.clock import ManualClock
 from crawler.scheduler._leases import Ack
 from crawler.scheduler._redis import Keys, Scripts
+from crawler.scheduler._writes import Outbox, Recent, WriteBuffer
 from crawler.scheduler.frontier import (
     Dedup,
     Frontier,
@@ -321,3 +323,38 @@ def test_script_errors_name_their_own_file_and_line(redis_client: redis.Redis, c
         assert found, str(caught.value)
         assert text in (lua / filename).read_text().splitlines()[int(found.group(1)) - 1]
         assert "user_script" not in str(caught.value)
+
+
+def test_enqueue_names_what_it_did_not_mark_seen(redis_client: redis.Redis) -> None:
+    f = make(redis_client, domain_cap=2)
+    redis_client.sadd(f.keys.excluded, "gone.test")
+    result = f.add([item("hot0", "hot.test"), item("hot1", "hot.test"), item("hot2", "hot.test"),
+                    item("old", "gone.test"), item("cold", "cold.test"), item("cold", "cold.test"),
+                    item("forced", "cold.test", dont_filter=True)])
+    # the third hot URL is capped, gone.test is excluded; the duplicate is seen,
+    # and a dont_filter request is never a question of seen
+    assert result.unseen == (3, 4)
+
+
+def test_links_marked_seen_are_not_sent_again(redis_client: redis.Redis) -> None:
+    f = make(redis_client, domain_cap=3)
+    recent = Recent(1000)
+    writes = WriteBuffer(f, Outbox(Settings(), redis_client, None, "t", None), None, 100, 1.0, lambda: None,  # type: ignore[arg-type]
+                         recent=recent)
+    hot = [item(f"hot{i}", "hot.test") for i in range(5)]
+    for offered in [*hot, item("cold", "cold.test"), item("forced", "cold.test", dont_filter=True)]:
+        writes.add(offered)
+    assert writes.flush() is not None
+    # capped URLs are not remembered: offered again once there is room, they are taken
+    assert [x.digest in recent for x in hot] == [True, True, True, False, False]
+    assert item("cold").digest in recent and item("forced").digest not in recent
+
+
+def test_recent_links_are_kept_in_two_generations() -> None:
+    recent = Recent(2)
+    recent.mark([item("a"), item("b")], ())
+    assert item("a").digest in recent  # the newer generation filled: now the older
+    recent.mark([item("c")], ())
+    assert item("a").digest in recent and item("c").digest in recent
+    recent.mark([item("d")], ())  # the newer filled again: the oldest is dropped
+    assert item("a").digest not in recent and item("c").digest in recent and item("d").digest in recent

@@ -70,7 +70,9 @@ COUNTERS: dict[str, tuple[str, Any]] = {
     "crawler_pages_fetched": ("Responses received", "response_received_count"),
     "crawler_requests_dequeued": ("Requests taken from the frontier", "scheduler/dequeued/redis"),
     "crawler_urls_enqueued": ("URLs admitted into the frontier", "crawler/frontier/enqueued"),
-    "crawler_urls_duplicate": ("URLs refused as already seen", "crawler/frontier/duplicates"),
+    "crawler_urls_duplicate": ("URLs refused as already seen (in Redis, or known in the process)",
+                               lambda s: s.get("crawler/frontier/duplicates", 0)
+                               + s.get("crawler/frontier/duplicates_local", 0)),
     "crawler_urls_capped": ("URLs dropped at a domain's queue cap", "crawler/frontier/capped"),
     "crawler_links_found": ("Links extracted from pages", "crawler/links/found"),
     "crawler_links_forwarded": ("Links forwarded to other shards", "crawler/forward/sent"),

@@ -26,10 +26,12 @@ logger = logging.getLogger(__name__)
 
 
 def duplicates(stats: dict[str, int]) -> int:
-    """Requests the dupefilter refused: offered to the scheduler minus enqueued."""
-    for key in ("crawler/frontier/duplicates", "dupefilter/filtered"):
-        if key in stats:
-            return stats[key]
+    """Requests the dupefilter refused: offered to the scheduler minus enqueued.
+    The frontier's count those Redis refused and those known in the process."""
+    if "crawler/frontier/duplicates" in stats or "crawler/frontier/duplicates_local" in stats:
+        return stats.get("crawler/frontier/duplicates", 0) + stats.get("crawler/frontier/duplicates_local", 0)
+    if "dupefilter/filtered" in stats:
+        return stats["dupefilter/filtered"]
     offered = stats.get("crawler/requests_offered", 0)
     enqueued = stats.get("scheduler/enqueued/redis", stats.get("scheduler/enqueued", 0))
     return max(0, offered - enqueued)

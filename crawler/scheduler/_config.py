@@ -44,6 +44,7 @@ class FrontierSettings:
     lease_seconds: float
     prefetch: int
     batch: int
+    dedup_local: int
     flush_interval: float
     poll_interval: float
     ack_interval: float
@@ -90,6 +91,7 @@ class FrontierSettings:
             lease_seconds=lease_seconds(settings),
             prefetch=prefetch,
             batch=setting(settings, "CRAWLER_ENQUEUE_BATCH"),
+            dedup_local=setting(settings, "CRAWLER_DEDUP_LOCAL"),
             flush_interval=setting(settings, "CRAWLER_FLUSH_INTERVAL"),
             poll_interval=setting(settings, "CRAWLER_POLL_INTERVAL"),
             ack_interval=setting(settings, "CRAWLER_ACK_INTERVAL"),

@@ -169,6 +169,8 @@ class LossWatch:
             self._stop(scheduler)
             return
         self._renewing = True
+        if scheduler.writes.recent is not None:
+            scheduler.writes.recent.clear()  # what it knew seen, the new epoch has not seen
         self.frontier.renew(exc.known_id, exc.seen_seq + SEQ_MARGIN)
         self._renewing = False
         logger.warning("Frontier %s: going on in epoch %s (CRAWLER_ON_FRONTIER_LOSS=continue)",

@@ -123,10 +123,42 @@ logger = logging.getLogger(__name__)
 _OOM_LOG_EVERY = 60.0  # seconds
 
 
+class Recent:
+    """Fingerprints of links this process has had marked seen in the frontier
+    (``CRAWLER_DEDUP_LOCAL``): a link found again (a site's menu, on every
+    page) is not offered to Redis a second time. Two generations of ``size``
+    each: when the newer fills, the older is dropped. Only what the enqueue
+    script said it marked seen is remembered, so a link capped, over its
+    domain's budget or excluded is offered again, as without this; a frontier
+    lost and made anew (``CRAWLER_ON_FRONTIER_LOSS=continue``) clears it."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.new: set[bytes] = set()
+        self.old: set[bytes] = set()
+
+    def __contains__(self, digest: bytes) -> bool:
+        return digest in self.new or digest in self.old
+
+    def clear(self) -> None:
+        self.new.clear()
+        self.old.clear()
+
+    def mark(self, items: list[Item], unseen: tuple[int, ...]) -> None:
+        skip = set(unseen)
+        for place, item in enumerate(items, 1):
+            if not item.dont_filter and place not in skip:
+                self.new.add(item.digest)
+        if len(self.new) >= self.size:
+            self.old, self.new = self.new, set()
+
+
 class WriteBuffer:
     def __init__(self, frontier: Frontier, outbox: Outbox, stats: StatsCollector | None, batch: int,
-                 ack_interval: float, send_acks: Callable[[], None], clock: Clock = SYSTEM) -> None:
+                 ack_interval: float, send_acks: Callable[[], None], clock: Clock = SYSTEM,
+                 recent: Recent | None = None) -> None:
         self.frontier = frontier
+        self.recent = recent
         self.clock = clock
         self.outbox = outbox
         self.stats = stats
@@ -195,6 +227,8 @@ class WriteBuffer:
             self.out_of_memory(len(self.items))
             self.items = []
             return None
+        if self.recent is not None:
+            self.recent.mark(self.items, result.unseen)
         self.items, self.acks = [], []
         self.count(result)
         inc(self.stats, "crawler/frontier/acked", result.acked)
@@ -248,6 +282,7 @@ class Offers:
         self.stats = stats
         self.canonicalize = canonicalize
         self.dedup_start_requests = dedup_start_requests
+        self.recent = writes.recent
 
     def request(self, request: Request) -> bool:
         """Buffer ``request`` (see ``FrontierScheduler.enqueue_request``)."""
@@ -285,8 +320,10 @@ class Offers:
         return True
 
     def urls(self, urls: Iterable[str], depth: int, priority: int, canonical: bool) -> int:
-        """Buffer plain URLs (see ``FrontierScheduler.add_urls``); how many were offered."""
-        offered = 0
+        """Buffer plain URLs (see ``FrontierScheduler.add_urls``); how many were
+        offered, those already seen in the frontier (:class:`Recent`) included."""
+        offered = known = 0
+        recent = self.recent
         for url in urls:
             if not canonical:
                 try:
@@ -294,8 +331,12 @@ class Offers:
                 except ValueError:
                     inc(self.stats, "crawler/frontier/invalid_urls")
                     continue
+            digest = url_fingerprint(url)
+            if recent is not None and digest in recent:
+                known += 1
+                continue
             domain = domain_of(url)
-            item = Item(url_fingerprint(url), domain, priority, codec.encode_url(url, depth))
+            item = Item(digest, domain, priority, codec.encode_url(url, depth))
             target = shard_of(domain, self.shards) if self.shards > 1 else self.shard
             if target == self.shard:
                 self.writes.add(item)
@@ -305,4 +346,6 @@ class Offers:
                 inc(self.stats, "crawler/forward/dropped")
                 continue
             offered += 1
-        return offered
+        if known:
+            inc(self.stats, "crawler/frontier/duplicates_local", known)
+        return offered + known

@@ -62,6 +62,7 @@ class AddResult:
     acked: int = 0
     over_budget: int = 0
     excluded: int = 0
+    unseen: tuple[int, ...] = ()  # enqueue: 1-based places of items to dedup not marked seen
 
 
 @dataclass
@@ -236,8 +237,8 @@ class Frontier:
         for item in items:
             a, b = self.dedup.args(item.digest)
             args += (a, b, item.domain, item.priority, item.entry, "0" if item.dont_filter else "1")
-        added, dups, capped, acked, over, excluded = self.scripts.enqueue(keys=[self.keys.base], args=args)
-        return AddResult(added, dups, capped, acked, over, excluded)
+        added, dups, capped, acked, over, excluded, unseen = self.scripts.enqueue(keys=[self.keys.base], args=args)
+        return AddResult(added, dups, capped, acked, over, excluded, tuple(unseen))
 
     def drain_inbox(self, n: int = 1000) -> tuple[int, AddResult]:
         """Move up to ``n`` requests forwarded by other shards into this frontier."""

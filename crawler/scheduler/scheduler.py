@@ -48,7 +48,7 @@ from crawler.scheduler._outage import (
 from crawler.scheduler._redis import Keys
 from crawler.scheduler._stats import inc
 from crawler.scheduler._stores import DeadLetters
-from crawler.scheduler._writes import Inbox, Offers, Outbox, WriteBuffer
+from crawler.scheduler._writes import Inbox, Offers, Outbox, Recent, WriteBuffer
 from crawler.scheduler.frontier import Frontier
 from crawler.scheduler.identity import Canonicalizer
 from crawler.scheduler.service import FrontierService
@@ -111,8 +111,9 @@ class FrontierScheduler:
         if config.persist and (warning := persistence_warning(self.server, keys.base)):
             logger.warning("Redis at %s %s", mask_url(self.guard.url), warning)
         outbox = Outbox(self.crawler.settings, self.server, config, spider.name, self.stats, self.clock)
+        recent = Recent(config.dedup_local) if config.dedup_local else None
         self.writes = WriteBuffer(self.frontier, outbox, self.stats, config.batch,
-                                  config.ack_interval, self._send_acks, self.clock)
+                                  config.ack_interval, self._send_acks, self.clock, recent)
         self.intake = Intake(self.frontier, config.prefetch, config.poll_interval,
                              self.waker.wake_in, self.stats, self.clock)
         self.inbox = Inbox(self.frontier, config.batch, self.stats, self.clock)

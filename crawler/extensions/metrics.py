@@ -52,6 +52,7 @@ from redis.exceptions import RedisClusterException
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from crawler.extensions.progress import frontier_duplicates
 from crawler.scheduler.service import frontier_service
 from crawler.settings_registry import setting
 
@@ -71,8 +72,7 @@ COUNTERS: dict[str, tuple[str, Any]] = {
     "crawler_requests_dequeued": ("Requests taken from the frontier", "scheduler/dequeued/redis"),
     "crawler_urls_enqueued": ("URLs admitted into the frontier", "crawler/frontier/enqueued"),
     "crawler_urls_duplicate": ("URLs refused as already seen (in Redis, or known in the process)",
-                               lambda s: s.get("crawler/frontier/duplicates", 0)
-                               + s.get("crawler/frontier/duplicates_local", 0)),
+                               frontier_duplicates),
     "crawler_urls_capped": ("URLs dropped at a domain's queue cap", "crawler/frontier/capped"),
     "crawler_links_found": ("Links extracted from pages", "crawler/links/found"),
     "crawler_links_forwarded": ("Links forwarded to other shards", "crawler/forward/sent"),

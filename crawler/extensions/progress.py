@@ -25,11 +25,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+_FRONTIER_DUPLICATES = ("crawler/frontier/duplicates", "crawler/frontier/duplicates_local")
+
+
+def frontier_duplicates(stats: dict[str, int]) -> int:
+    """URLs the frontier refused as seen: in Redis, or known in the process."""
+    return sum(stats.get(key, 0) for key in _FRONTIER_DUPLICATES)
+
+
 def duplicates(stats: dict[str, int]) -> int:
-    """Requests the dupefilter refused: offered to the scheduler minus enqueued.
-    The frontier's count those Redis refused and those known in the process."""
-    if "crawler/frontier/duplicates" in stats or "crawler/frontier/duplicates_local" in stats:
-        return stats.get("crawler/frontier/duplicates", 0) + stats.get("crawler/frontier/duplicates_local", 0)
+    """Requests the dupefilter refused: offered to the scheduler minus enqueued."""
+    if any(key in stats for key in _FRONTIER_DUPLICATES):
+        return frontier_duplicates(stats)
     if "dupefilter/filtered" in stats:
         return stats["dupefilter/filtered"]
     offered = stats.get("crawler/requests_offered", 0)

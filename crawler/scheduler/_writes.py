@@ -282,7 +282,6 @@ class Offers:
         self.stats = stats
         self.canonicalize = canonicalize
         self.dedup_start_requests = dedup_start_requests
-        self.recent = writes.recent
 
     def request(self, request: Request) -> bool:
         """Buffer ``request`` (see ``FrontierScheduler.enqueue_request``)."""
@@ -323,7 +322,7 @@ class Offers:
         """Buffer plain URLs (see ``FrontierScheduler.add_urls``); how many were
         offered, those already seen in the frontier (:class:`Recent`) included."""
         offered = known = 0
-        recent = self.recent
+        recent = self.writes.recent
         for url in urls:
             if not canonical:
                 try:

@@ -358,3 +358,35 @@ def test_recent_links_are_kept_in_two_generations() -> None:
     assert item("a").digest in recent and item("c").digest in recent
     recent.mark([item("d")], ())  # the newer filled again: the oldest is dropped
     assert item("a").digest not in recent and item("c").digest in recent and item("d").digest in recent
+
+
+def test_links_known_in_the_process_are_left_out_before_they_are_checked(redis_url: str) -> None:
+    from scrapy import Spider
+    from scrapy.core.engine import ExecutionEngine
+    from scrapy.utils.test import get_crawler
+
+    from crawler.scheduler import FrontierScheduler
+    from crawler.scheduler.service import frontier_service
+
+    class Quiet(Spider):
+        name = "known"
+
+    crawler = get_crawler(Quiet, settings_dict={"REDIS_URL": redis_url, "CRAWLER_PROGRESS_INTERVAL": 0,
+                                                "DOWNLOAD_HANDLERS": {"http": None, "https": None}})
+    crawler.spider = Quiet.from_crawler(crawler)
+    crawler.engine = ExecutionEngine(crawler, lambda _: None)
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    try:
+        service = frontier_service(crawler)
+        assert service is not None
+        old = [f"http://a.test/{i}" for i in range(3)]
+        assert service.unknown(old) == old  # nothing marked seen yet
+        assert service.offer(old, canonical=True) == 3
+        scheduler.flush_pending()
+        new = ["http://a.test/new", "http://b.test/"]
+        assert service.unknown([old[0], *new, old[2]]) == new
+        assert crawler.stats.get_value("crawler/frontier/duplicates_local") == 2
+        assert service.offer(new, canonical=True) == 2
+    finally:
+        scheduler.close("finished")

@@ -348,3 +348,14 @@ class Offers:
         if known:
             inc(self.stats, "crawler/frontier/duplicates_local", known)
         return offered + known
+
+    def unknown(self, urls: list[str]) -> list[str]:
+        """``urls`` (canonical) less those :class:`Recent` knows, counted as
+        offered duplicates: a caller can skip its own checks of those."""
+        recent = self.writes.recent
+        if recent is None or not urls:
+            return urls
+        fresh = [url for url in urls if url_fingerprint(url) not in recent]
+        if len(fresh) < len(urls):
+            inc(self.stats, "crawler/frontier/duplicates_local", len(urls) - len(fresh))
+        return fresh

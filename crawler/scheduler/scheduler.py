@@ -215,6 +215,11 @@ class FrontierScheduler:
             self.guard.call(self.flush_pending)
         return offered
 
+    def unknown_urls(self, urls: list[str]) -> list[str]:
+        """The canonical ``urls`` this process does not know the frontier
+        has seen (``CRAWLER_DEDUP_LOCAL``); the others count as duplicates."""
+        return self.offers.unknown(urls)
+
     def flush_pending(self) -> None:
         """Store buffered requests and acknowledgements now (``_writes.py``)."""
         result = self.writes.flush()

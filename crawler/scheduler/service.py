@@ -69,6 +69,12 @@ class FrontierService:
         caps and exclusions apply in Redis). See ``FrontierScheduler.add_urls``."""
         return self._scheduler.add_urls(urls, depth=depth, priority=priority, canonical=canonical)
 
+    def unknown(self, urls: list[str]) -> list[str]:
+        """The canonical ``urls`` not known here as seen by the frontier: a
+        link found again need not be checked (robots.txt) before it is
+        offered. Those left out count in ``crawler/frontier/duplicates_local``."""
+        return self._scheduler.unknown_urls(urls)
+
     def note_fetch(self, request: Request, began: float, ended: float) -> None:
         """A fetch made for ``request`` outside the downloader (its robots.txt)
         is its domain's last request: the next waits for the delay after it.

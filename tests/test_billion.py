@@ -220,3 +220,22 @@ def test_cross_shard_links_are_delivered_once(redis_url: str, make_web, tmp_path
         assert items, errs[shard][-4000:]
         assert {shard_of(domain_of(i["url"]), 2) for i in items} == {shard}
     assert {shard_of(d, 2) for d in web.domains} == {0, 1}
+
+
+@pytest.mark.parametrize("project", [{}, {"scrapy.spidermiddlewares.depth.DepthMiddleware": 900}])
+def test_spider_middlewares_for_requests_only_are_left_out_unless_the_project_lists_them(project: dict) -> None:
+    from scrapy.settings import Settings
+    from scrapy.spidermiddlewares.depth import DepthMiddleware
+    from scrapy.spidermiddlewares.httperror import HttpErrorMiddleware
+    from scrapy.spidermiddlewares.referer import RefererMiddleware
+    from scrapy.utils.conf import build_component_list
+    from scrapy.utils.misc import load_object
+
+    from crawler.spiders.billion import BillionSpider
+
+    settings = Settings({"SPIDER_MIDDLEWARES": project})
+    BillionSpider.update_settings(settings)
+    enabled = {load_object(path) for path in build_component_list(
+        settings.get_component_priority_dict_with_base("SPIDER_MIDDLEWARES"))}
+    assert RefererMiddleware not in enabled and HttpErrorMiddleware in enabled
+    assert (DepthMiddleware in enabled) == bool(project)

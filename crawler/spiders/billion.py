@@ -20,6 +20,10 @@ from typing import Any
 
 import scrapy
 from scrapy.http import Response, TextResponse
+from scrapy.settings import BaseSettings
+from scrapy.spidermiddlewares.depth import DepthMiddleware
+from scrapy.spidermiddlewares.referer import RefererMiddleware
+from scrapy.spidermiddlewares.urllength import UrlLengthMiddleware
 from twisted.python.failure import Failure
 
 from crawler.fallback import cannot_connect, fallback_request
@@ -34,7 +38,18 @@ from crawler.seeds import Seed, parse_seeds, redis_seed_lines
 from crawler.settings_registry import setting
 from crawler.sharding import shard_of
 
+try:
+    from scrapy.spidermiddlewares.metacopy import MetaCopyDetectionMiddleware
+except ImportError:  # Scrapy < 2.19
+    MetaCopyDetectionMiddleware = None
+
 logger = logging.getLogger(__name__)
+
+#: Scrapy's spider middlewares that only act on the requests a callback
+#: yields: billion yields one item a page (its links go to the frontier as
+#: URLs), so each would be one more step of every page's output for nothing
+_REQUESTS_ONLY = tuple(m for m in (RefererMiddleware, UrlLengthMiddleware, DepthMiddleware,
+                                   MetaCopyDetectionMiddleware) if m is not None)
 
 _ROBOTS_CHECK_BUDGET = 0.02  # seconds of robots.txt checks per page; the rest are checked when fetched
 _MAX_REPORTED = 20
@@ -91,6 +106,12 @@ class BillionSpider(scrapy.Spider):
         self.shard, self.shards = check_arguments(shard, shards, seeds)
         self.seeds = seeds
         self.robots: Any = _UNKNOWN  # the robots.txt middleware, found on the first page
+
+    @classmethod
+    def update_settings(cls, settings: BaseSettings) -> None:
+        super().update_settings(settings)
+        for middleware in _REQUESTS_ONLY:  # a project that lists one keeps it
+            settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", middleware, None)
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> BillionSpider:
@@ -172,20 +193,26 @@ class BillionSpider(scrapy.Spider):
         stats.inc_value("crawler/links/found", len(links))
         if self.robots is _UNKNOWN:
             self.robots = shared_robots(self.crawler)
-        if self.robots is not None and links:
-            links = self._robots_allowed(links)
-        offered = 0
+        offered = known = 0
         if not self.max_depth or depth < self.max_depth:
             frontier = frontier_service(self.crawler)
             assert frontier is not None, "the billion spider needs the frontier scheduler"
-            offered = frontier.offer(links, depth=depth + 1, canonical=True)
+            # links the frontier has seen were checked when first offered
+            fresh = frontier.unknown(links)
+            known = len(links) - len(fresh)
+            if self.robots is not None and fresh:
+                fresh = self._robots_allowed(fresh)
+            offered = known + frontier.offer(fresh, depth=depth + 1, canonical=True)
+            links = fresh
         else:
+            if self.robots is not None and links:
+                links = self._robots_allowed(links)
             stats.inc_value("crawler/links/beyond_max_depth", len(links))
         yield {
             "url": response.url,
             "status": response.status,
             "depth": depth,
-            "links": len(links),
+            "links": known + len(links),
             "offered": offered,
             "bytes": len(response.body),
             "truncated": "truncated" in response.flags,

@@ -44,7 +44,6 @@ import queue
 import struct
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -98,7 +97,13 @@ def _record_id() -> str:
         pool = os.urandom(4096)
         _ids.extend(pool[i:i + 16] for i in range(16, 4096, 16))
         random = pool[:16]
-    return f"<urn:uuid:{uuid.UUID(bytes=random, version=4)}>"
+    # uuid.UUID(bytes=random, version=4), formatted here in a third of its time
+    h = (int.from_bytes(random, "big") & _UUID_KEEP | _UUID_V4).to_bytes(16, "big").hex()
+    return f"<urn:uuid:{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}>"
+
+
+_UUID_KEEP = ~(0xF000 << 64 | 0xC000 << 48) & (1 << 128) - 1  # the version's and the variant's bits cleared
+_UUID_V4 = 0x4000 << 64 | 0x8000 << 48
 
 
 def _warc_headers(kind: str, url: str, date: str, content_type: str, length: int,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import uuid
 import random
 import zlib
 from pathlib import Path
@@ -99,6 +100,9 @@ def test_record_ids_are_unique_and_a_forked_child_draws_its_own() -> None:
     ids = [warcfile._record_id() for _ in range(3_000)]  # more than one pool of 256
     assert len(set(ids)) == len(ids)
     assert all(i.startswith("<urn:uuid:") and i[24] == "4" for i in ids)  # version 4
+    parsed = [uuid.UUID(i[10:-1]) for i in ids]
+    assert {(u.version, u.variant) for u in parsed} == {(4, uuid.RFC_4122)}
+    assert [str(u) for u in parsed] == [i[10:-1] for i in ids]
     read, write_ = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its next ID

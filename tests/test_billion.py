@@ -224,6 +224,7 @@ def test_cross_shard_links_are_delivered_once(redis_url: str, make_web, tmp_path
 
 @pytest.mark.parametrize("project", [{}, {"scrapy.spidermiddlewares.depth.DepthMiddleware": 900}])
 def test_spider_middlewares_for_requests_only_are_left_out_unless_the_project_lists_them(project: dict) -> None:
+    from scrapy.crawler import CrawlerRunner
     from scrapy.settings import Settings
     from scrapy.spidermiddlewares.depth import DepthMiddleware
     from scrapy.spidermiddlewares.httperror import HttpErrorMiddleware
@@ -233,8 +234,10 @@ def test_spider_middlewares_for_requests_only_are_left_out_unless_the_project_li
 
     from crawler.spiders.billion import BillionSpider
 
-    settings = Settings({"SPIDER_MIDDLEWARES": project})
-    BillionSpider.update_settings(settings)
+    # as `scrapy crawl` builds it: a crawler made, then given to the process,
+    # which merges its own settings into it
+    runner = CrawlerRunner(Settings({"SPIDER_MIDDLEWARES": project}, priority="project"))
+    settings = runner.create_crawler(runner.create_crawler(BillionSpider)).settings
     enabled = {load_object(path) for path in build_component_list(
         settings.get_component_priority_dict_with_base("SPIDER_MIDDLEWARES"))}
     assert RefererMiddleware not in enabled and HttpErrorMiddleware in enabled

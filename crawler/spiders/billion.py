@@ -20,7 +20,7 @@ from typing import Any
 
 import scrapy
 from scrapy.http import Response, TextResponse
-from scrapy.settings import BaseSettings
+from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
 from scrapy.spidermiddlewares.depth import DepthMiddleware
 from scrapy.spidermiddlewares.referer import RefererMiddleware
 from scrapy.spidermiddlewares.urllength import UrlLengthMiddleware
@@ -112,6 +112,10 @@ class BillionSpider(scrapy.Spider):
         super().update_settings(settings)
         for middleware in _REQUESTS_ONLY:  # a project that lists one keeps it
             settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", middleware, None)
+        # at the spider's priority, as custom_settings: the crawler process
+        # merges its own settings (the project's, {} here) over lower ones
+        priority = max(settings.getpriority("SPIDER_MIDDLEWARES") or 0, SETTINGS_PRIORITIES["spider"])
+        settings.set("SPIDER_MIDDLEWARES", settings.getdict("SPIDER_MIDDLEWARES"), priority)
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> BillionSpider:

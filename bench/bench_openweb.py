@@ -7,7 +7,9 @@ and Redis share CPU 1.
 
 Measured over the steady window (``--warmup`` seconds after the start to
 ``--seconds - 5``), from the test web's log and /proc:
-- pages/s against the politeness bound (domains / delay);
+- pages/s against the politeness bound (domains / delay), and, for a delay
+  counted from the end of each answer, against domains / (delay + the mean
+  time from a request's arrival to the end of its answer);
 - distinct pages per CPU second of the crawl process;
 - CPU ms per page by component, from py-spy samples (TLS, HTTP, parse,
   frontier, WARC, Scrapy engine, other);
@@ -15,8 +17,8 @@ Measured over the steady window (``--warmup`` seconds after the start to
 
     python bench/bench_openweb.py [--domains 3000] [--delay 10] [--seconds 90]
         [--concurrency 1000] [--latency-ms 200] [--bandwidth 500000] [--plain-http]
-        [--profile classic|small|big|both] [--only ours|scrapy|bare] [--crawler-root PATH]
-        [--before-root PATH]
+        [--profile classic|small|big|both] [--only ours|scrapy|bare]... [--crawler-root PATH]
+        [--before-root PATH] [--repeat N]
 
 ``--profile``: page sizes of the test web: ``classic`` (the default: the test
 web's own sizes, median 138 kB, mean 242 kB, at ``--bandwidth``, as the
@@ -25,6 +27,11 @@ mean 70 kB, ``--bandwidth``), ``big`` (median 120 kB, mean 220 kB at 150 kB/s:
 a mean transfer of about 1.5 s), ``both`` one after the other, in one table.
 ``--only bare`` runs bench/bare_crawler.py, a bare asyncio crawler written for
 this bench (no storage, no Redis, no crash safety), as a floor of CPU per page.
+
+``--repeat N`` runs the crawls N times in turn on one test web (ours, bare,
+ours, bare, ...): the machine's speed drifts by more than the differences
+measured, so the ratio of CPU per page is taken within each round and the
+median of the rounds is printed.
 
 ``--plain-http`` serves plain HTTP and ``--latency-ms 0 --bandwidth 0`` an
 instant web: figures of such a run are labelled as stripped-down.
@@ -41,6 +48,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -262,8 +270,8 @@ def crawls(args: argparse.Namespace, web: TestWebProcess, redis: RedisServer, tm
         root = args.before_root.resolve()
         runs = {f"ours before ({root.name})": (cmd, dict(env, PYTHONPATH=str(root)), root), **runs}
     if args.only:
-        prefix = {"ours": "ours", "scrapy": "plain", "bare": "bare"}[args.only]
-        runs = {k: v for k, v in runs.items() if k.startswith(prefix)}
+        prefixes = tuple({"ours": "ours", "scrapy": "plain", "bare": "bare"}[only] for only in args.only)
+        runs = {k: v for k, v in runs.items() if k.startswith(prefixes)}
     return runs
 
 
@@ -308,7 +316,11 @@ def main() -> None:
                    help="page sizes: classic (the test web's, mean 242 kB, as before), small (mean 70 kB), "
                         "big (mean 220 kB, ~1.5 s transfers) or both (small and big) in turn")
     p.add_argument("--plain-http", action="store_true")
-    p.add_argument("--only", choices=("ours", "scrapy", "bare"))
+    p.add_argument("--only", choices=("ours", "scrapy", "bare"), action="append",
+                   help="run only these crawlers (may be given twice: --only ours --only bare)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="rounds of the crawls, in turn on one test web; the CPU ratios are per round, and "
+                        "their median is printed")
     p.add_argument("--crawler-root", type=Path, default=ROOT)
     p.add_argument("--before-root", type=Path, help="also run billion from this checkout, just before ours")
     p.add_argument("--profile-dir", type=Path, help="keep py-spy's raw samples here")
@@ -348,10 +360,13 @@ def main() -> None:
                       f"{bandwidth / 1000:g} kB/s per connection (mean transfer {transfer:.2f} s), "
                       f"{args.delay:g} s per domain: politeness bound {bound:.0f} pages/s; crawler on CPU 0, "
                       f"test web + Redis on CPU 1; steady window {args.warmup:g}-{args.seconds - 5:g} s")
-                for label_, (cmd, env, cwd) in crawls(args, web, redis, tmp, seeds).items():
-                    r = run(f"{sizes}-{label_}", cmd, env, cwd, web, redis, args, tmp)
-                    table.append((sizes, label_, r))
-                    report(label_, r, bound, web, args.delay)
+                for round_ in range(1, args.repeat + 1):
+                    for label_, (cmd, env, cwd) in crawls(args, web, redis, tmp, seeds).items():
+                        name_ = f"{sizes}-{label_.split()[0]}" + (f"-{round_}" if args.repeat > 1 else "")
+                        r = run(name_ + " " + label_, cmd, env, cwd, web, redis, args, tmp)
+                        r["round"] = round_
+                        table.append((sizes, label_, r))
+                        report(label_ + (f" (round {round_})" if args.repeat > 1 else ""), r, bound, web, args.delay)
             finally:
                 web.stop()
                 redis.stop()
@@ -362,16 +377,23 @@ def main() -> None:
           f"{'peak RSS MB':>12} {'slack p50 ms':>13}")
     for sizes, label_, r in table:
         of_finish = f"{r['pages_s'] / r['finish_bound']:.0%}" if r["finish_bound"] else "-"  # type: ignore[operator]
+        label_ += f" #{r['round']}" if args.repeat > 1 else ""
         print(f"{sizes:8} {label_:62} {r['pages_s']:8.1f} {r['pages_s'] / bound:9.0%} {of_finish:>9} "  # type: ignore[operator]
               f"{r['cpu_ms']:12.2f} {r['rss_mb']:12.0f} "
               f"{(r['slack'][len(r['slack']) // 2] * 1000 if r['slack'] else float('nan')):13.0f}")  # type: ignore[index]
     for sizes in dict.fromkeys(s for s, _, _ in table):
-        by = {label_.split()[0]: r for s, label_, r in table if s == sizes}
-        if "ours" in by:
-            ratios = [f"ours/{other} {by['ours']['cpu_ms'] / max(by[key]['cpu_ms'], 1e-9):.2f}"  # type: ignore[operator]
-                      for key, other in (("bare", "bare"), ("plain", "scrapy")) if key in by]
+        for key, other in (("bare", "bare"), ("plain", "scrapy")):
+            # ours against the other crawler of the same round: the machine's
+            # speed drifts by more than the differences measured (bench/README.md)
+            ratios = []
+            for round_ in range(1, args.repeat + 1):
+                by = {label_.split()[0]: r for s, label_, r in table if s == sizes and r["round"] == round_}
+                if "ours" in by and key in by:
+                    ratios.append(by["ours"]["cpu_ms"] / max(by[key]["cpu_ms"], 1e-9))  # type: ignore[operator]
             if ratios:
-                print(f"{sizes}: CPU per page " + ", ".join(ratios))
+                rounds = f" (median of {len(ratios)} rounds: {', '.join(f'{x:.2f}' for x in ratios)})" \
+                    if len(ratios) > 1 else ""
+                print(f"{sizes}: CPU per page ours/{other} {statistics.median(ratios):.2f}{rounds}")
 
 
 if __name__ == "__main__":

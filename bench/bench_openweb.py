@@ -18,7 +18,7 @@ Measured over the steady window (``--warmup`` seconds after the start to
     python bench/bench_openweb.py [--domains 3000] [--delay 10] [--seconds 90]
         [--concurrency 1000] [--latency-ms 200] [--bandwidth 500000] [--plain-http]
         [--profile classic|small|big|both] [--only ours|scrapy|bare]... [--crawler-root PATH]
-        [--before-root PATH] [--repeat N]
+        [--before-root PATH] [--repeat N] [--offenders FILE]
 
 ``--profile``: page sizes of the test web: ``classic`` (the default: the test
 web's own sizes, median 138 kB, mean 242 kB, at ``--bandwidth``, as the
@@ -32,6 +32,10 @@ this bench (no storage, no Redis, no crash safety), as a floor of CPU per page.
 ours, bare, ...): the machine's speed drifts by more than the differences
 measured, so the ratio of CPU per page is taken within each round and the
 median of the rounds is printed.
+
+``--offenders FILE`` appends every site-side interval under the delay to
+FILE (both requests' targets, statuses, arrival and end of answer): the
+audit's count says whether there were any, the file says which.
 
 ``--plain-http`` serves plain HTTP and ``--latency-ms 0 --bandwidth 0`` an
 instant web: figures of such a run are labelled as stripped-down.
@@ -167,6 +171,12 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         raise SystemExit(f"{name}: the crawl failed")
     log = web.log(since=before)
     pairs = consecutive(log)  # robots.txt included: the site sees every request
+    if args.offenders:
+        with args.offenders.open("a") as out:  # every interval under the delay, for a closer look
+            for a, b in pairs:
+                if b.ms - a.ms < args.delay * 1000 or (a.done and b.ms - a.done < args.delay * 1000):
+                    out.write(f"{name}\t{a.domain}\t{a.target}\t{a.status}\t{a.ms:.3f}\t{a.done:.3f}"
+                              f"\t{b.target}\t{b.status}\t{b.ms:.3f}\t{b.done:.3f}\t{t0 * 1000:.3f}\n")
     starts, finishes = [b.ms - a.ms for a, b in pairs], [b.ms - a.done for a, b in pairs]
     pages = [e for e in log if e.path != "/robots.txt" and e.status == 200]
     in_window = [e for e in pages if t0 * 1000 <= e.ms < t1 * 1000]
@@ -318,6 +328,9 @@ def main() -> None:
     p.add_argument("--plain-http", action="store_true")
     p.add_argument("--only", choices=("ours", "scrapy", "bare"), action="append",
                    help="run only these crawlers (may be given twice: --only ours --only bare)")
+    p.add_argument("--offenders", type=Path,
+                   help="append every interval under the delay here (crawl, domain, then target, status, "
+                        "arrival and end of answer of both requests, epoch ms; then the window's start)")
     p.add_argument("--repeat", type=int, default=1,
                    help="rounds of the crawls, in turn on one test web; the CPU ratios are per round, and "
                         "their median is printed")

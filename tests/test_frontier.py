@@ -360,23 +360,29 @@ def test_recent_links_are_kept_in_two_generations() -> None:
     assert item("a").digest not in recent and item("c").digest in recent and item("d").digest in recent
 
 
-def test_links_known_in_the_process_are_left_out_before_they_are_checked(redis_url: str) -> None:
+def open_scheduler(redis_url: str, name: str, **settings: object):
+    """A frontier scheduler opened on a real Redis, under an engine that never starts."""
     from scrapy import Spider
     from scrapy.core.engine import ExecutionEngine
     from scrapy.utils.test import get_crawler
 
     from crawler.scheduler import FrontierScheduler
-    from crawler.scheduler.service import frontier_service
 
-    class Quiet(Spider):
-        name = "known"
-
-    crawler = get_crawler(Quiet, settings_dict={"REDIS_URL": redis_url, "CRAWLER_PROGRESS_INTERVAL": 0,
-                                                "DOWNLOAD_HANDLERS": {"http": None, "https": None}})
-    crawler.spider = Quiet.from_crawler(crawler)
+    spidercls = type("Quiet", (Spider,), {"name": name})
+    crawler = get_crawler(spidercls, settings_dict={"REDIS_URL": redis_url, "CRAWLER_PROGRESS_INTERVAL": 0,
+                                                    "DOWNLOAD_HANDLERS": {"http": None, "https": None},
+                                                    **settings})
+    crawler.spider = spidercls.from_crawler(crawler)
     crawler.engine = ExecutionEngine(crawler, lambda _: None)
     scheduler = FrontierScheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
+    return crawler, scheduler
+
+
+def test_links_known_in_the_process_are_left_out_before_they_are_checked(redis_url: str) -> None:
+    from crawler.scheduler.service import frontier_service
+
+    crawler, scheduler = open_scheduler(redis_url, "known")
     try:
         service = frontier_service(crawler)
         assert service is not None
@@ -388,5 +394,33 @@ def test_links_known_in_the_process_are_left_out_before_they_are_checked(redis_u
         assert service.unknown([old[0], *new, old[2]]) == new
         assert crawler.stats.get_value("crawler/frontier/duplicates_local") == 2
         assert service.offer(new, canonical=True) == 2
+    finally:
+        scheduler.close("finished")
+
+
+def test_the_engine_gets_at_most_turn_max_requests_in_one_turn_of_the_loop(redis_url: str) -> None:
+    import asyncio
+
+    from crawler.scheduler import scheduler as module
+
+    crawler, scheduler = open_scheduler(redis_url, "turns", CRAWLER_PREFETCH=200)
+    urls = [f"http://d{i}.test/" for i in range(module.TURN_MAX + 20)]  # one domain each: all due now
+    scheduler.add_urls(urls, canonical=True)
+    scheduler.flush_pending()
+
+    async def turns() -> list[int]:
+        got = []
+        for _ in range(3):  # each pass is one callback, as the engine's turn is
+            n = 0
+            while scheduler.next_request() is not None:
+                n += 1
+            got.append(n)
+            await asyncio.sleep(0)  # the loop turns
+        return got
+
+    try:
+        got = asyncio.run(turns())
+        assert got == [module.TURN_MAX, 20, 0]
+        assert scheduler.waker.call is not None and scheduler.waker.call.active()  # woken for the rest
     finally:
         scheduler.close("finished")

@@ -18,11 +18,14 @@ page's output is exhausted, before each dequeue and every
 ``CRAWLER_FLUSH_INTERVAL`` seconds. ``enqueue_request`` therefore returns True
 for every request it accepts for sending; duplicates are counted when the
 batch is stored (``crawler/frontier/duplicates``). Dequeue leases up to
-``CRAWLER_PREFETCH`` requests per round trip.
+``CRAWLER_PREFETCH`` requests per round trip; the engine gets at most
+``TURN_MAX`` of them in one turn of the event loop, and is woken for the
+rest once the loop has run what else was ready.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -61,6 +64,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: requests handed to Scrapy's engine in one turn of the event loop: the
+#: engine starts each one (downloader middlewares, the handler) before it
+#: lets the loop run, and a turn of hundreds held it for over 100 ms
+TURN_MAX = 64
+
 
 class FrontierScheduler:
     def __init__(self, crawler: Crawler, server: redis.Redis, config: FrontierSettings,
@@ -74,6 +82,7 @@ class FrontierScheduler:
         self.waker = EngineWaker(crawler, clock)
         self.guard = RedisGuard(crawler.settings.get("REDIS_URL") or "", self.stats, self.waker.wake_in, clock)
         self.spider: Spider | None = None
+        self._turn = 0  # requests handed out in this turn of the event loop
         # built in open(), once the spider (and so the frontier's keys) is known
         self.frontier: Frontier | None = None
         self.writes: WriteBuffer
@@ -277,6 +286,8 @@ class FrontierScheduler:
         the batch is used up, the next call is paced by ``_intake.py``, and
         the engine is woken when something may be due.
         """
+        if self._turn >= TURN_MAX:
+            return None  # the rest in the next turn: the loop runs what else is ready first
         if not self.intake.buffer and self.intake.due():
             self.guard.call(self._take)
         leased = self.intake.pop()
@@ -292,7 +303,21 @@ class FrontierScheduler:
             return None
         self.leases.lend(leased.lease, request)
         inc(self.stats, "scheduler/dequeued/redis")
+        self._count_turn()
         return request
+
+    def _count_turn(self) -> None:
+        if self._turn == 0:
+            try:
+                asyncio.get_running_loop().call_soon(self._turn_over)
+            except RuntimeError:  # called with no loop running: there are no turns to spread over
+                return
+        self._turn += 1
+
+    def _turn_over(self) -> None:
+        if self._turn >= TURN_MAX:
+            self.waker.wake_in(0.0)
+        self._turn = 0
 
     def _take(self) -> None:
         """One dequeue, after storing what waits and draining the inbox; the

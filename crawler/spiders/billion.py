@@ -198,19 +198,18 @@ class BillionSpider(scrapy.Spider):
         if self.robots is _UNKNOWN:
             self.robots = shared_robots(self.crawler)
         offered = known = 0
+        frontier = None
         if not self.max_depth or depth < self.max_depth:
             frontier = frontier_service(self.crawler)
             assert frontier is not None, "the billion spider needs the frontier scheduler"
             # links the frontier has seen were checked when first offered
             fresh = frontier.unknown(links)
-            known = len(links) - len(fresh)
-            if self.robots is not None and fresh:
-                fresh = self._robots_allowed(fresh)
-            offered = known + frontier.offer(fresh, depth=depth + 1, canonical=True)
-            links = fresh
+            known, links = len(links) - len(fresh), fresh
+        if self.robots is not None and links:
+            links = self._robots_allowed(links)
+        if frontier is not None:
+            offered = known + frontier.offer(links, depth=depth + 1, canonical=True)
         else:
-            if self.robots is not None and links:
-                links = self._robots_allowed(links)
             stats.inc_value("crawler/links/beyond_max_depth", len(links))
         yield {
             "url": response.url,

@@ -1,4 +1,5 @@
-"""Real servers for the tests: redis-server processes on free loopback ports."""
+"""Real servers for the tests: redis-server processes on free loopback ports;
+and a crawler for a scheduler to open under (``crawler_for``)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,29 @@ from pathlib import Path
 from typing import TypeVar
 
 import redis
+from scrapy import Spider
+from scrapy.core.engine import ExecutionEngine
+from scrapy.crawler import Crawler
+from scrapy.utils.test import get_crawler
 
 from crawler.embedded import find_redis_server
 from devkit.process import stop as stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 T = TypeVar("T")
+
+
+class Quiet(Spider):
+    name = "t"
+
+
+def crawler_for(redis_url: str, **settings: object) -> Crawler:
+    """A crawler whose engine exists but never starts (no download handlers)."""
+    crawler = get_crawler(Quiet, settings_dict={"REDIS_URL": redis_url, "DOWNLOAD_HANDLERS": {"http": None,
+                                                "https": None}, "CRAWLER_PROGRESS_INTERVAL": 0, **settings})
+    crawler.spider = Quiet.from_crawler(crawler)
+    crawler.engine = ExecutionEngine(crawler, lambda _: None)
+    return crawler
 
 
 def cpu_seconds(pid: int) -> float:

@@ -14,11 +14,8 @@ import pytest
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from scrapy import Request, Spider
-from scrapy.core.engine import ExecutionEngine
-from scrapy.crawler import Crawler
+from scrapy import Request
 from scrapy.settings import Settings
-from scrapy.utils.test import get_crawler
 
 from crawler.clock import SYSTEM, ManualClock, check_path, from_path
 from crawler.meta import LEASE
@@ -37,7 +34,7 @@ from crawler.scheduler._redis import Keys, _with_clock
 from crawler.scheduler._writes import Outbox, WriteBuffer
 from crawler.scheduler.frontier import Frontier, Item, Politeness
 from crawler.settings_registry import SettingsError, setting
-from tests.servers import free_port
+from tests.servers import crawler_for, free_port
 
 
 def item(url: str, domain: str = "a.test") -> Item:
@@ -48,19 +45,6 @@ def make(client: redis.Redis, clock: ManualClock, **kwargs) -> Frontier:
     frontier = Frontier(client, Keys("crawler", "t", 0), clock=clock, **kwargs)
     frontier.open()
     return frontier
-
-
-class Quiet(Spider):
-    name = "t"
-
-
-def crawler_for(redis_url: str, **settings: object) -> Crawler:
-    """A crawler whose engine exists but never starts (no download handlers)."""
-    crawler = get_crawler(Quiet, settings_dict={"REDIS_URL": redis_url, "DOWNLOAD_HANDLERS": {"http": None,
-                                                "https": None}, "CRAWLER_PROGRESS_INTERVAL": 0, **settings})
-    crawler.spider = Quiet.from_crawler(crawler)
-    crawler.engine = ExecutionEngine(crawler, lambda _: None)
-    return crawler
 
 
 # --- the clock ------------------------------------------------------------

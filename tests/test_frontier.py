@@ -14,9 +14,11 @@ from itertools import pairwise
 
 import pytest
 import redis
+from scrapy.crawler import Crawler
 from scrapy.settings import Settings
 
 from crawler.clock import ManualClock
+from crawler.scheduler import FrontierScheduler
 from crawler.scheduler._leases import Ack
 from crawler.scheduler._redis import Keys, Scripts
 from crawler.scheduler._writes import Outbox, Recent, WriteBuffer
@@ -27,7 +29,7 @@ from crawler.scheduler.frontier import (
     Item,
     Politeness,
 )
-from tests.servers import ROOT
+from tests.servers import ROOT, crawler_for
 
 
 def item(url: str, domain: str = "a.test", priority: int = 0, dont_filter: bool = False) -> Item:
@@ -360,20 +362,9 @@ def test_recent_links_are_kept_in_two_generations() -> None:
     assert item("a").digest not in recent and item("c").digest in recent and item("d").digest in recent
 
 
-def open_scheduler(redis_url: str, name: str, **settings: object):
+def open_scheduler(redis_url: str, **settings: object) -> tuple[Crawler, FrontierScheduler]:
     """A frontier scheduler opened on a real Redis, under an engine that never starts."""
-    from scrapy import Spider
-    from scrapy.core.engine import ExecutionEngine
-    from scrapy.utils.test import get_crawler
-
-    from crawler.scheduler import FrontierScheduler
-
-    spidercls = type("Quiet", (Spider,), {"name": name})
-    crawler = get_crawler(spidercls, settings_dict={"REDIS_URL": redis_url, "CRAWLER_PROGRESS_INTERVAL": 0,
-                                                    "DOWNLOAD_HANDLERS": {"http": None, "https": None},
-                                                    **settings})
-    crawler.spider = spidercls.from_crawler(crawler)
-    crawler.engine = ExecutionEngine(crawler, lambda _: None)
+    crawler = crawler_for(redis_url, **settings)
     scheduler = FrontierScheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
     return crawler, scheduler
@@ -382,7 +373,7 @@ def open_scheduler(redis_url: str, name: str, **settings: object):
 def test_links_known_in_the_process_are_left_out_before_they_are_checked(redis_url: str) -> None:
     from crawler.scheduler.service import frontier_service
 
-    crawler, scheduler = open_scheduler(redis_url, "known")
+    crawler, scheduler = open_scheduler(redis_url)
     try:
         service = frontier_service(crawler)
         assert service is not None
@@ -403,7 +394,7 @@ def test_the_engine_gets_at_most_turn_max_requests_in_one_turn_of_the_loop(redis
 
     from crawler.scheduler import scheduler as module
 
-    crawler, scheduler = open_scheduler(redis_url, "turns", CRAWLER_PREFETCH=200)
+    _, scheduler = open_scheduler(redis_url, CRAWLER_PREFETCH=200)
     urls = [f"http://d{i}.test/" for i in range(module.TURN_MAX + 20)]  # one domain each: all due now
     scheduler.add_urls(urls, canonical=True)
     scheduler.flush_pending()

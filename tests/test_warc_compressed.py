@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import gzip
 import os
-import uuid
 import random
+import uuid
 import zlib
 from pathlib import Path
 
@@ -16,7 +16,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawler import warcfile
 from crawler.warcfile import Page, WarcWriter
-from tests.test_warc_records import chunked, checks, head
+from tests.test_warc_records import checks, chunked, head
 
 HTML = b"<!DOCTYPE html><html><body>" + b"<p>a page of the open web</p>" * 2_000 + b"</body></html>"
 GZ = gzip.compress(HTML, 6, mtime=0)

@@ -62,6 +62,31 @@ def test_pages_and_keep_alive(make_web) -> None:
     assert str(responses[0].ip_address) == "127.0.0.1"
 
 
+def _rss_kb() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4  # pages of 4 kB
+
+
+def test_pooled_tls_connections_keep_no_buffer_of_the_page(make_web) -> None:
+    """An idle kept-alive HTTPS connection does not hold the room its page
+    passed through (OpenSSL keeps it for as long as the buffer lives)."""
+    web = make_web(domains=60, pages=2, size_fixed=200_000, tls=True, crawl_delay_share=0, private_share=0)
+    h = handler()
+
+    async def go() -> tuple[int, list[int]]:
+        await h.download_request(Request(f"{web.url(0)}p/1.html"))  # warm: imports, first allocations
+        before = _rss_kb()
+        sizes = [len((await h.download_request(Request(f"{web.url(d)}p/1.html"))).body) for d in range(1, 60)]
+        grown = _rss_kb() - before
+        assert sum(len(c) for c in h.idle.values()) == 60  # every connection kept
+        await h.close()
+        return grown, sizes
+
+    grown, sizes = run(go)
+    assert min(sizes) >= 190_000
+    assert grown / 59 < 60, f"{grown / 59:.0f} kB per pooled connection"  # about 200 without the fresh buffer
+
+
 def test_decompression_bomb_stops_at_the_cap(make_web) -> None:
     web = make_web(domains=1, pages=2, crawl_delay_share=0, private_share=0)
     h = handler()

@@ -22,10 +22,11 @@ from OpenSSL.SSL import _ffi, _lib
 
 KNOWN = {"pyOpenSSL": ">=26.4,<27", "cryptography": ">=49.0,<51"}
 
-LIB = ("SSL_read", "SSL_get_error", "SSL_ERROR_WANT_READ", "BIO_read", "SSL_session_reused",
+LIB = ("SSL_read", "SSL_get_error", "SSL_ERROR_WANT_READ", "BIO_read", "BIO_new", "BIO_s_mem",
+       "BIO_get_mem_data", "SSL_set_bio", "SSL_session_reused",
        "SSL_get1_session", "SSL_SESSION_free", "SSL_set_session", "SSL_get0_param",
        "X509_VERIFY_PARAM_set1_host", "X509_VERIFY_PARAM_set1_ip", "SSL_CTX_set1_curves_list")
-CONNECTION = ("_ssl", "_from_ssl", "_raise_ssl_error")  # attributes of SSL.Connection
+CONNECTION = ("_ssl", "_into_ssl", "_from_ssl", "_raise_ssl_error")  # attributes of SSL.Connection
 CONTEXT = ("_context",)  # of SSL.Context
 
 _RECORD = 16 * 1024 + 256
@@ -72,6 +73,21 @@ def drain(connection: SSL.Connection) -> bytes:
     while (size := _lib.BIO_read(out, _BUFFER, len(_BUFFER))) > 0:
         chunks.append(_ffi.buffer(_BUFFER, size)[:])
     return b"".join(chunks)
+
+
+def fresh_input(connection: SSL.Connection) -> None:
+    """Give OpenSSL a new, empty buffer for the bytes received, if the old
+    one holds none. A memory BIO keeps the room of the largest write it was
+    given (up to the event loop's 256 kB reads) for as long as it lives:
+    without this, each idle pooled connection holds it."""
+    if _lib.BIO_get_mem_data(connection._into_ssl, _ffi.NULL) != 0:
+        return
+    fresh = _lib.BIO_new(_lib.BIO_s_mem())
+    if fresh == _ffi.NULL:
+        return
+    # the write side unchanged: OpenSSL frees the old read side, takes this one
+    _lib.SSL_set_bio(connection._ssl, fresh, connection._from_ssl)
+    connection._into_ssl = fresh
 
 
 def resumed(connection: SSL.Connection) -> bool:

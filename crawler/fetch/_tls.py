@@ -142,6 +142,12 @@ class TLS:
             if len(self.sessions) > self.max_sessions:
                 self.sessions.popitem(last=False)
 
+    @staticmethod
+    def pooled(connection: SSL.Connection) -> None:
+        """Before ``connection`` waits in the pool: its buffer of received
+        bytes is freed (a new, empty one replaces it)."""
+        _openssl.fresh_input(connection)
+
 
 _GONE = asyncio.Protocol()  # the app of a closed connection
 

@@ -189,7 +189,7 @@ class DownloadHandler(BaseDownloadHandler):
             raise
         finally:
             connection.exchange = None
-        certificate = None
+        certificate = tls = None
         if scheme == "https":
             assert connection.transport is not None
             tls = connection.transport.get_extra_info("ssl_object")
@@ -198,6 +198,8 @@ class DownloadHandler(BaseDownloadHandler):
             peer = tls.get_peer_certificate()
             certificate = Certificate(peer) if peer is not None else None
         if exchange.keep_alive and self.idle_timeout:
+            if tls is not None:
+                self.tls.pooled(tls)
             self.release(key, connection)
         else:
             connection.close()

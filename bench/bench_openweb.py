@@ -13,7 +13,8 @@ Measured over the steady window (``--warmup`` seconds after the start to
 - distinct pages per CPU second of the crawl process;
 - CPU ms per page by component, from py-spy samples (TLS, HTTP, parse,
   frontier, WARC, Scrapy engine, other);
-- Redis CPU per page, peak RSS of the crawl process.
+- Redis CPU per page, peak RSS of the crawl process, and its resident memory at the window's
+  end by kind (glibc's heap, other anonymous memory, files).
 
     python bench/bench_openweb.py [--domains 3000] [--delay 10] [--seconds 90]
         [--concurrency 1000] [--latency-ms 200] [--bandwidth 500000] [--plain-http]
@@ -163,6 +164,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     t1 = time.time()
     cpu1, redis1 = cpu_seconds(proc.pid), cpu_seconds(redis.proc.pid)  # type: ignore[union-attr]
     web1 = cpu_seconds(web.proc.pid)  # type: ignore[union-attr]
+    memory = memory_split(proc.pid)
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, status, usage = os.wait4(proc.pid, 0)
@@ -196,7 +198,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         "window": t1 - t0, "fetches": len(in_window), "distinct": distinct, "new": new,
         "pages_s": len(in_window) / (t1 - t0), "cpu": cpu, "cpu_ms": cpu / max(new, 1) * 1000,
         "pages_per_cpu_s": new / cpu if cpu else 0.0,
-        "redis_ms": (redis1 - redis0) / max(new, 1) * 1000, "rss_mb": usage.ru_maxrss / 1024,
+        "redis_ms": (redis1 - redis0) / max(new, 1) * 1000, "rss_mb": usage.ru_maxrss / 1024, "memory": memory,
         "shares": shares, "elapsed": time.time() - started,
         "gaps": (starts, finishes), "slack": slack, "slack_from": "end of answer" if from_end else "arrival",
         "web_cpu": (web1 - web0) / (t1 - t0),
@@ -204,6 +206,27 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         # the delay plus the answer's time: the bound is that much lower
         "finish_bound": args.domains / (args.delay + answer_s) if from_end else None, "answer_s": answer_s,
     }
+
+
+def memory_split(pid: int) -> dict[str, float]:
+    """The process's resident MB by kind of mapping: glibc's heap (C
+    allocations: OpenSSL, Lexbor, small buffers), other anonymous memory
+    (Python's object arenas, large buffers), and files (code)."""
+    split = {"heap": 0.0, "anon": 0.0, "files": 0.0}
+    kind = "anon"
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split(None, 6)
+                if head[0].endswith(":"):
+                    if head[0] == "Rss:":
+                        split[kind] += int(head[1]) / 1024
+                    continue
+                name = head[5].strip() if len(head) > 5 else ""
+                kind = "heap" if name == "[heap]" else "files" if name.startswith("/") else "anon"
+    except OSError:
+        pass
+    return split
 
 
 def from_finish(name: str, args: argparse.Namespace) -> bool:
@@ -293,6 +316,10 @@ def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess,
           f"({r['cpu_ms']:.2f} CPU ms/page, Redis {r['redis_ms']:.2f}); peak RSS {r['rss_mb']:.0f} MB; "
           f"{r['pages_total']:,} pages in all; test web so far: {tls['tls_handshakes']:,} TLS "
           f"handshakes, {tls['tls_resumed']:,} resumed")
+    memory = r["memory"]
+    print(f"  resident at the window's end: glibc heap {memory['heap']:.0f} MB (C allocations: OpenSSL, "  # type: ignore[index]
+          f"Lexbor...), other anonymous {memory['anon']:.0f} MB (Python's objects, large buffers), "  # type: ignore[index]
+          f"files {memory['files']:.0f} MB")  # type: ignore[index]
     starts, finishes = r["gaps"]  # type: ignore[misc]
     limit = delay * 1000
     if starts:

@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from devkit.testweb.config import WebConfig  # noqa: E402
-from devkit.testweb.control import LogEntry, TestWebProcess, consecutive  # noqa: E402
+from devkit.testweb.control import TestWebProcess, consecutive  # noqa: E402
 from tests.servers import RedisServer, cpu_seconds  # noqa: E402
 
 #: component -> path fragments of a py-spy frame; the first match from the
@@ -192,12 +192,13 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     slack = sorted((b.ms - (a.done if from_end else a.ms)) / 1000 - args.delay
                    for a, b in pairs if t0 * 1000 <= b.ms < t1 * 1000 and (a.done or not from_end))
     answers = [(e.done - e.ms) / 1000 for e in log if t0 * 1000 <= e.ms < t1 * 1000 and e.done]
+    # a domain's turn as the site sees it: between two of its requests, both in the window
+    turns = [(b.ms - a.ms) / 1000 for a, b in pairs if t0 * 1000 <= a.ms and b.ms < t1 * 1000]
     answer_s = sum(answers) / len(answers) if answers else 0.0
     return {
         "pages_total": len({(e.domain, e.target) for e in pages}),
         "domains_active": len({e.domain for e in in_window}),
-        # a domain's fetches in the window beyond its first, against the time from its first to its last
-        "turns": _turns(in_window),
+        "turn_s": statistics.fmean(turns) if turns else 0.0,
         "window": t1 - t0, "fetches": len(in_window), "distinct": distinct, "new": new,
         "pages_s": len(in_window) / (t1 - t0), "cpu": cpu, "cpu_ms": cpu / max(new, 1) * 1000,
         "pages_per_cpu_s": new / cpu if cpu else 0.0,
@@ -209,21 +210,6 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         # the delay plus the answer's time: the bound is that much lower
         "finish_bound": args.domains / (args.delay + answer_s) if from_end else None, "answer_s": answer_s,
     }
-
-
-def _turns(entries: list[LogEntry]) -> float:
-    """Mean time between two fetches of one domain, over the domains fetched
-    at least twice in the window (seconds)."""
-    first: dict[str, float] = {}
-    last: dict[str, float] = {}
-    count: dict[str, int] = {}
-    for e in entries:
-        first.setdefault(e.domain, e.ms)
-        last[e.domain] = e.ms
-        count[e.domain] = count.get(e.domain, 0) + 1
-    spans = [(last[d] - first[d]) / 1000 for d in count if count[d] > 1]
-    turns = sum(count[d] - 1 for d in count if count[d] > 1)
-    return sum(spans) / turns if turns else 0.0
 
 
 def memory_split(pid: int) -> dict[str, float]:
@@ -333,7 +319,7 @@ def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess,
           f"the bound; {r['pages_per_cpu_s']:.1f} new pages per CPU second "
           f"({r['cpu_ms']:.2f} CPU ms/page, Redis {r['redis_ms']:.2f}); peak RSS {r['rss_mb']:.0f} MB; "
           f"{r['pages_total']:,} pages in all, {r['domains_active']:,} domains fetched in the window, "
-          f"{r['turns']:.2f} s between a domain's fetches; test web so far: {tls['tls_handshakes']:,} TLS "
+          f"{r['turn_s']:.2f} s between a domain's fetches; test web so far: {tls['tls_handshakes']:,} TLS "
           f"handshakes, {tls['tls_resumed']:,} resumed")
     memory = r["memory"]
     print(f"  resident at the window's end: glibc heap {memory['heap']:.0f} MB (C allocations: OpenSSL, "  # type: ignore[index]

@@ -5,6 +5,16 @@
 Everything is set with the ``addon`` priority, and components are only added
 where the project has not placed them itself, so what a project sets (a
 setting, a component's order, ``None`` to disable one) still wins.
+
+What it changes, said in one INFO line at start (``Addon: changes ...``):
+the scheduler (the Redis frontier), dedup (in Redis, SHA-256 of canonical
+URLs), its downloader and spider middlewares and extensions (each extension
+off until its setting asks for it), and four swaps each one setting away:
+the download handler (``CRAWLER_HANDLER``), the stats class
+(``CRAWLER_LEAN_STATS``), the log formatter (``CRAWLER_LEAN_LOG``) and the
+garbage collector's tuning (``CRAWLER_GC_TUNING``). What a project fetches
+keeps Scrapy's rules: no HTML-only filter, no page cap, no refusal of
+private addresses unless the project sets them (``billion`` does).
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ from crawler.middlewares.acks import FrontierAckDownloaderMiddleware, FrontierAc
 from crawler.scheduler._config import adopt_scrapy_delays
 from crawler.scheduler.identity import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
-from crawler.settings_registry import validate
+from crawler.settings_registry import setting, validate
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -139,8 +149,10 @@ class Addon:
         settings.set("SCHEDULER", FrontierScheduler, "addon")
         settings.set("REQUEST_FINGERPRINTER_CLASS", Fingerprinter, "addon")
         settings.set("DUPEFILTER_CLASS", BaseDupeFilter, "addon")  # dedup happens in Redis
-        settings.set("STATS_CLASS", MemoryStats, "addon")
-        settings.set("LOG_FORMATTER", LogFormatter, "addon")
+        if setting(settings, "CRAWLER_LEAN_STATS"):
+            settings.set("STATS_CLASS", MemoryStats, "addon")
+        if setting(settings, "CRAWLER_LEAN_LOG"):
+            settings.set("LOG_FORMATTER", LogFormatter, "addon")
         for cls in REPLACED:
             settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, None)
         if RedirectMiddleware not in _classes(settings.getdict("DOWNLOADER_MIDDLEWARES")):
@@ -156,11 +168,41 @@ class Addon:
             settings.setdefault_in_component_priority_dict("EXTENSIONS", cls, order)
         handlers = settings.getdict("DOWNLOAD_HANDLERS")
         ours = {"http": DownloadHandler, "https": DownloadHandler}
-        if not set(ours) & set(handlers):
+        if setting(settings, "CRAWLER_HANDLER") and not set(ours) & set(handlers):
             settings.set("DOWNLOAD_HANDLERS", {**handlers, **ours}, "addon")
         if settings.get("USER_AGENT", "").startswith("Scrapy/"):
             settings.set("USER_AGENT", f"{settings['BOT_NAME']} (+{{contact}})", "addon")
         validate(settings)  # before any component is built: a SettingsError, one line from the commands
+        logger.info("Addon: changes %s", "; ".join(changes(settings)))
+
+
+def changes(settings: BaseSettings) -> list[str]:
+    """What the addon changed in these settings, as the start of the log
+    says it: each part, and the setting that turns an optional one off."""
+    said = [f"SCHEDULER = {_name(settings.get('SCHEDULER'))} (the Redis frontier)",
+            f"DUPEFILTER_CLASS = {_name(settings.get('DUPEFILTER_CLASS'))} (dedup in Redis)",
+            f"REQUEST_FINGERPRINTER_CLASS = {_name(settings.get('REQUEST_FINGERPRINTER_CLASS'))}"]
+    for name, table in (("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES), ("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
+                        ("EXTENSIONS", EXTENSIONS)):
+        placed = _classes({k: v for k, v in settings.getdict(name).items() if v is not None})
+        added = [cls.__name__ for cls in table if cls in placed]
+        if name == "DOWNLOADER_MIDDLEWARES" and DeadLetterRedirectMiddleware in placed:
+            added.append(DeadLetterRedirectMiddleware.__name__)
+        said.append(f"{name} + {', '.join(added)}")
+    replaced = [cls.__name__ for cls in REPLACED if settings.getdict("DOWNLOADER_MIDDLEWARES").get(cls, 0) is None]
+    if replaced:
+        said.append(f"Scrapy's {', '.join(replaced)} off (the addon's take their place)")
+    swaps = (("DOWNLOAD_HANDLERS", "crawler.fetch.DownloadHandler for http and https", "CRAWLER_HANDLER",
+              _name(settings.getdict("DOWNLOAD_HANDLERS").get("https")) == _name(DownloadHandler)),
+             ("STATS_CLASS", _name(MemoryStats), "CRAWLER_LEAN_STATS",
+              _name(settings.get("STATS_CLASS")) == _name(MemoryStats)),
+             ("LOG_FORMATTER", _name(LogFormatter), "CRAWLER_LEAN_LOG",
+              _name(settings.get("LOG_FORMATTER")) == _name(LogFormatter)),
+             ("garbage collector", "tuned", "CRAWLER_GC_TUNING", setting(settings, "CRAWLER_GC_TUNING")))
+    for name, value, switch, on in swaps:
+        if on:
+            said.append(f"{name} = {value} ({switch}=False: as without the addon)")
+    return said
 
 
 def _classes(components: dict) -> set[object]:

@@ -42,5 +42,5 @@ FALLBACK = "crawler_fallback_url"
 def page_limit(meta: dict, default: int) -> int:
     """The bytes of body kept for a request with ``meta``: its own
     ``MAX_PAGE_BYTES`` (robots.txt requests carry ``CRAWLER_ROBOTS_MAX_BYTES``),
-    else ``default``."""
+    else ``default``; 0 is no cap."""
     return int(meta.get(MAX_PAGE_BYTES, default))

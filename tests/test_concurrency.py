@@ -16,6 +16,7 @@ from scrapy.settings import Settings
 
 from crawler.extensions.concurrency import Inputs, Policy
 from crawler.settings_registry import setting
+from crawler.spiders.billion import BillionSpider
 from tests.servers import run_scrapy, scrapy_env
 
 DOMAINS = 40
@@ -175,7 +176,7 @@ def inputs(in_flight: int = 0, due: int = 0, *, waiting: int = 0, lag: float = 0
 
 
 def policy(**overrides: object) -> Policy:
-    settings = Settings()
+    settings = Settings({"CRAWLER_MAX_PAGE_BYTES": BillionSpider.custom_settings["CRAWLER_MAX_PAGE_BYTES"]})
     values = {"floor": setting(settings, "CRAWLER_CONCURRENCY_MIN"),
               "budget_cap": setting(settings, "CRAWLER_MEMORY_BUDGET") // setting(settings, "CRAWLER_MAX_PAGE_BYTES"),
               "max_lag_ms": setting(settings, "CRAWLER_CONCURRENCY_MAX_LAG_MS"),

@@ -220,7 +220,7 @@ def test_tls_and_auth_with_masked_passwords(tmp_path: Path, make_web) -> None:
 
 
 @pytest.mark.parametrize(("setting", "message"), [
-    ("CRAWLER_MAX_PAGE_BYTES=big", "CRAWLER_MAX_PAGE_BYTES must be an integer >= 1, got 'big'"),
+    ("CRAWLER_MAX_PAGE_BYTES=big", "CRAWLER_MAX_PAGE_BYTES must be an integer >= 0, got 'big'"),
     ("CRAWLER_MAX_ATTEMPTS=0", "CRAWLER_MAX_ATTEMPTS must be an integer >= 1, got '0'"),
     ("CRAWLER_HTML_ONLY=perhaps", "CRAWLER_HTML_ONLY must be True or False, got 'perhaps'"),
     ("CRAWLER_DOMAIN_RATE=-1", "CRAWLER_DOMAIN_RATE must be a finite number >= 0, got '-1'"),

@@ -26,7 +26,9 @@ CAP = 250_000
 
 def handler(**settings: Any) -> DownloadHandler:
     base = {"CRAWLER_HOST_MAP": {"*.test": "127.0.0.1", "*.internal": "127.0.0.1"},
-            "CRAWLER_ALLOW_PRIVATE": ["*.test"]}
+            "CRAWLER_ALLOW_PRIVATE": ["*.test"],
+            # billion's rules (the addon's defaults cut nothing and refuse nothing)
+            "CRAWLER_BLOCK_PRIVATE": True, "CRAWLER_MAX_PAGE_BYTES": CAP}
     return DownloadHandler(get_crawler(settings_dict={**base, **settings}))
 
 

@@ -413,7 +413,8 @@ def test_a_host_taken_as_a_name_can_be_encoded(host: str) -> None:
 
 
 def addresses(**settings: Any) -> Addresses:
-    crawler = get_crawler(settings_dict=settings)
+    """The address policy as billion has it (refusing), unless ``settings`` say otherwise."""
+    crawler = get_crawler(settings_dict={"CRAWLER_BLOCK_PRIVATE": True, **settings})
     crawler.stats.open_spider()
     return Addresses(crawler.settings, crawler.stats)
 

@@ -204,8 +204,8 @@ def test_robots_status_rules_and_crawl_delay(redis_url: str, make_web) -> None:
 def test_big_pages_are_cut_to_exactly_the_cap(redis_url: str, make_web, tmp_path) -> None:
     web = make_web(domains=1, pages=12, faults={"big": 0.4}, big_size=400_000, **QUIET)
     feed = tmp_path / "items.jsonl"
-    result = run_scrapy(crawl_cmd(web, f"FEEDS={json.dumps({str(feed): {'format': 'jsonlines'}})}")[3:],
-                        scrapy_env(redis_url))
+    result = run_scrapy(crawl_cmd(web, f"FEEDS={json.dumps({str(feed): {'format': 'jsonlines'}})}",
+                                  "CRAWLER_MAX_PAGE_BYTES=250000")[3:], scrapy_env(redis_url))
     assert result.returncode == 0, result.stderr[-3000:]
     items = [json.loads(line) for line in feed.read_text().splitlines()]
     big = [i for i in items if i["truncated"]]
@@ -215,7 +215,7 @@ def test_big_pages_are_cut_to_exactly_the_cap(redis_url: str, make_web, tmp_path
 
 def test_non_html_is_stopped_at_the_headers(redis_url: str, make_web) -> None:
     web = make_web(domains=1, pages=10, faults={"pdf": 0.5}, pdf_size=1_000_000, **QUIET)
-    result = run_scrapy(crawl_cmd(web)[3:], scrapy_env(redis_url))
+    result = run_scrapy(crawl_cmd(web, "CRAWLER_HTML_ONLY=True")[3:], scrapy_env(redis_url))
     assert result.returncode == 0, result.stderr[-3000:]
     from devkit.testweb.site import Site
 

@@ -13,7 +13,9 @@ before each request it starts) is set to the smallest of:
   lower it; it is never below ``CRAWLER_CONCURRENCY_MIN``.
 - **memory budget**: ``CRAWLER_MEMORY_BUDGET`` bytes of bodies in flight,
   each request counted at its most, ``CRAWLER_MAX_PAGE_BYTES`` (a robots.txt
-  fetched for a request rides along with it). The process's memory per
+  fetched for a request rides along with it); without a page cap (0, the
+  addon's default outside ``billion``) no request has a most, and this
+  bound is off. The process's memory per
   request in flight, measured: README.md, "The billion spider", "Concurrency".
 - **event loop and CPU**: when the loop was late by more than
   ``CRAWLER_CONCURRENCY_MAX_LAG_MS`` (the loop-lag probe's worst, ``looplag.py``,
@@ -135,8 +137,9 @@ class ConcurrencyController:
         if self.interval <= 0:
             raise NotConfigured
         budget = setting(settings, "CRAWLER_MEMORY_BUDGET")
+        page = setting(settings, "CRAWLER_MAX_PAGE_BYTES")  # 0: no page cap, so no bound per request either
         self.policy = Policy(setting(settings, "CRAWLER_CONCURRENCY_MIN"),
-                             budget // setting(settings, "CRAWLER_MAX_PAGE_BYTES") if budget else 0,
+                             max(1, budget // page) if budget and page else 0,
                              setting(settings, "CRAWLER_CONCURRENCY_MAX_LAG_MS"),
                              setting(settings, "CRAWLER_CONCURRENCY_LAG_CPU"),
                              setting(settings, "CRAWLER_CONCURRENCY_MAX_CPU"), user_cap(crawler))

@@ -15,7 +15,8 @@ each collection promoting what a request in flight holds, so that the oldest
 generation filled and was walked whole every few hundred pages. The objects
 a page makes go by reference counting (the download handler leaves no cycle
 behind), so fewer collections keep no more memory. The interpreter's
-thresholds are put back when the spider closes.
+thresholds are put back when the spider closes. ``CRAWLER_GC_TUNING = False``
+turns both off at once (the pauses are still timed).
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ logger = logging.getLogger(__name__)
 
 class GcPauses:
     def __init__(self, crawler: Crawler) -> None:
-        self.freeze = setting(crawler.settings, "CRAWLER_GC_FREEZE")
-        self.young = setting(crawler.settings, "CRAWLER_GC_YOUNG")
+        tuned = setting(crawler.settings, "CRAWLER_GC_TUNING")
+        self.freeze = tuned and setting(crawler.settings, "CRAWLER_GC_FREEZE")
+        self.young = setting(crawler.settings, "CRAWLER_GC_YOUNG") if tuned else 0
         self.thresholds = gc.get_threshold()
         self.stats = crawler.stats
         self.started = 0.0

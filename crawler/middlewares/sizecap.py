@@ -1,9 +1,10 @@
 """Size cap and content filter.
 
-Bodies are cut at ``CRAWLER_MAX_PAGE_BYTES`` (250,000): the download stops
+Bodies are cut at ``CRAWLER_MAX_PAGE_BYTES`` (250,000 in ``billion``; 0, the
+default elsewhere, cuts nothing): the download stops
 (``StopDownload(fail=False)``) once that many bytes have arrived, and the
 body is trimmed to exactly that many bytes and flagged ``truncated``
-(``response.meta["crawler_truncated"]`` is True). With ``CRAWLER_HTML_ONLY``,
+(``response.meta["crawler_truncated"]`` is True). With ``CRAWLER_HTML_ONLY`` (``billion``'s),
 a response whose Content-Type is not HTML is stopped at its headers and
 never downloaded. robots.txt requests have their own limit
 (``CRAWLER_ROBOTS_MAX_BYTES``) and are never filtered by type.
@@ -71,7 +72,8 @@ class SizeCapMiddleware:
         total = self.received.get(key, 0) + len(data)
         self.received[key] = total
         self.stats.inc_value("crawler/bytes_received", len(data))
-        if total >= self.limit(request):
+        limit = self.limit(request)
+        if limit and total >= limit:
             self.received.pop(key, None)
             raise StopDownload(fail=False)
 
@@ -81,7 +83,7 @@ class SizeCapMiddleware:
             self.stats.inc_value("crawler/skipped/non_html")
             raise IgnoreRequest(f"not HTML ({request.meta[NON_HTML]}): not downloaded")
         limit = self.limit(request)
-        if len(response.body) > limit or "download_stopped" in response.flags:
+        if limit and (len(response.body) > limit or "download_stopped" in response.flags):
             self.stats.inc_value("crawler/truncated")
             request.meta[TRUNCATED] = True
             return response.replace(body=response.body[:limit], flags=[*response.flags, "truncated"])

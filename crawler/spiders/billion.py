@@ -80,8 +80,11 @@ class BillionSpider(scrapy.Spider):
         # 70 s from the end of the previous answer, as Heritrix and the 2025
         # crawl count it: a slow site is never asked while it is still sending
         "CRAWLER_DELAY_FROM": "finish",
+        # billion's rules, not the addon's: HTML only, bodies cut at 250 kB,
+        # no private or loopback address (the open web has no business there)
         "CRAWLER_HTML_ONLY": True,
         "CRAWLER_MAX_PAGE_BYTES": 250_000,
+        "CRAWLER_BLOCK_PRIVATE": True,
         "CRAWLER_MAX_DEPTH": 16,
         "CRAWLER_DOMAIN_BUDGET": 100_000,
         "CRAWLER_WARC_DIR": "output/warc",

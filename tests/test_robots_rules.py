@@ -3,14 +3,19 @@ private Protego surface it reads is still there, page-level directives."""
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from packaging.specifiers import SpecifierSet
 from protego import Protego
 
 from crawler.robots import Rules, compile_rules, header_nofollow, meta_nofollow
 from crawler.robots import _protego
+from crawler.robots._groups import rfc9309_groups
 from crawler.robots._matcher import matches
+from crawler.robots._rules import _INDEXED as _INDEXED_RULES
 from devkit.testweb.config import WebConfig
 from devkit.testweb.site import Site
 
@@ -22,6 +27,9 @@ _PATH = st.lists(st.sampled_from(["a", "b", "ab", "abc", "x", "/", ".html", "?q=
 
 
 def _file(rules: list[tuple[str, str]], agent_group: bool) -> str:
+    """A file Protego and RFC 9309 read alike: no other record between two
+    User-agent lines, every User-agent value a bare product token (the two
+    cases where we follow the RFC: ``test_rfc9309_groups_where_protego_differs``)."""
     head = "User-agent: crawler\n" if agent_group else "User-agent: *\n"
     return head + "".join(f"{field}: {pattern}\n" for field, pattern in rules) + "User-agent: other\nDisallow: /\n"
 
@@ -56,6 +64,123 @@ def test_one_pattern_matches_as_protego_matches(pattern: str, path: str) -> None
 
 def test_protegos_private_surface_is_still_there() -> None:
     assert _protego.check() == []
+
+
+def test_installed_protego_is_the_one_checked() -> None:
+    assert version("protego") in SpecifierSet(_protego.PROTEGO), (
+        f"protego {version('protego')} is outside {_protego.PROTEGO}: check crawler/robots/_protego.py against it, "
+        "then widen the range")
+
+
+def _both_paths(body: str, agent: str) -> dict[str, Rules]:
+    """``Rules`` for ``body`` by each way it is built: parsed here (Protego
+    answers a small group, the index a big one) and compiled as a worker
+    process does (always the index)."""
+    return {"parsed": Rules({"mode": "parse", "body": body}, agent),
+            "compiled": Rules.from_compiled(compile_rules(body, agent), agent)}
+
+
+_MANY = "".join(f"Allow: /open/{k}/\n" for k in range(_INDEXED_RULES))  # enough rules for the index
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["small", "indexed"])
+@pytest.mark.parametrize("other", ["Invalid-Unknown-Line: x", "Unknown-Empty:", "Crawl-delay: 4",
+                                   "Sitemap: https://s.test/sitemap.xml", "Request-rate: 1/5"])
+def test_a_record_between_user_agent_lines_keeps_one_group(other: str, many: bool) -> None:
+    """RFC 9309 2.2.4: other records "MUST NOT interfere" with the defined
+    ones; a group is its User-agent lines and the rules after them (2.1)."""
+    body = f"User-agent: FooBot\n{other}\nUser-agent: *\n{_MANY if many else ''}Disallow: /\n"
+    for path, rules in _both_paths(body, "foobot").items():
+        if path == "parsed":
+            assert (rules.matcher is not None) is many
+        assert not rules.allowed("https://s.test/page"), (path, other)
+        assert rules.allowed("https://s.test/open/3/x") is many, (path, other)
+        assert rules.crawl_delay() == (4.0 if other.startswith("Crawl") else None), (path, other)
+    kept = Protego.parse(rfc9309_groups(body))  # the record is moved, not dropped
+    assert list(kept.sitemaps) == (["https://s.test/sitemap.xml"] if other.startswith("Sitemap") else [])
+    assert (kept.request_rate("foobot") is not None) is other.startswith("Request")
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["small", "indexed"])
+@pytest.mark.parametrize(("value", "agent"), [
+    ("Googlebot/2.1 (+http://www.google.com/bot.html)", "googlebot"),
+    ("Googlebot/2.1 (+http://www.google.com/bot.html)", "Googlebot"),
+    ("FOO BAR", "foo"),
+    ("foo\tbar", "FOO"),
+    ("crawler/0.1", "crawler"),
+])
+def test_a_user_agent_value_matches_by_its_product_token(value: str, agent: str, many: bool) -> None:
+    """RFC 9309 2.2.1: the group is matched on the crawler's product token,
+    case-insensitively; what follows it on the line (a version, a comment)
+    is not part of the name, as Google's robotstxt reads it."""
+    body = (f"User-agent: *\nDisallow: /private/\n\nUser-agent: {value}\n{_MANY if many else ''}"
+            "Disallow: /\nCrawl-delay: 2\n")
+    for path, rules in _both_paths(body, agent).items():
+        if path == "parsed":
+            assert (rules.matcher is not None) is many
+        assert not rules.allowed("https://s.test/page"), (path, value, agent)
+        assert rules.allowed("https://s.test/open/3/x") is many, (path, value, agent)
+        assert rules.crawl_delay() == 2.0, (path, value, agent)
+
+
+@pytest.mark.parametrize(("value", "agent", "applies"), [
+    ("FOO BAR", "FOO BAR", True),  # the whole value still names the agent
+    ("Googlebot/2.1", "Mozilla/5.0 (compatible; Googlebot/2.1)", True),
+    ("FOO BAR", "bar", False),  # only the first word is the product token
+    ("Googlebot-News/1.0", "googlebot", False),  # another product
+    ("* ignored", "anybot", True),  # "*" followed by more: still the wildcard group
+])
+def test_the_whole_value_and_only_the_product_token_name_the_agent(value: str, agent: str, applies: bool) -> None:
+    body = f"User-agent: {value}\nDisallow: /\n"
+    for path, rules in _both_paths(body, agent).items():
+        assert rules.allowed("https://s.test/page") is not applies, (path, value, agent)
+
+
+_UA_VALUES = st.sampled_from(["crawler", "CRAWLER", "crawler/2.0 (+https://c.test)", "Crawler 2", "other",
+                              "other/1.0", "*", "crawler-news"])
+_OTHER = st.sampled_from(["Crawl-delay: 3", "Unknown: x", "Nofield:", "Sitemap: https://s.test/s.xml",
+                          "Host: s.test", "# a comment", ""])
+_GROUP = st.tuples(st.lists(st.tuples(_UA_VALUES, st.lists(_OTHER, max_size=2)), min_size=1, max_size=3),
+                   st.lists(_RULE, min_size=1, max_size=40))  # a group without rules joins the next (RFC 9309 2.1)
+
+
+def _token(value: str) -> str:
+    return value.replace("/", " ").split()[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups=st.lists(_GROUP, min_size=1, max_size=4), paths=st.lists(_PATH, min_size=1, max_size=10))
+def test_rfc9309_groups_where_protego_differs(groups: list[tuple[list[tuple[str, list[str]]], list[tuple[str, str]]]],
+                                              paths: list[str]) -> None:
+    """Any file answers as Protego answers the same groups written plainly
+    (User-agent lines first, by product token, then the other records, then
+    the rules); Protego reading the file as written agrees unless it has one
+    of the two cases where RFC 9309 and Protego differ: a record between two
+    User-agent lines, a User-agent value with more than a product token."""
+    written: list[str] = []
+    plain: list[str] = []
+    differs = False
+    for agents, rules in groups:
+        others: list[str] = []
+        for i, (value, after) in enumerate(agents):
+            written += [f"User-agent: {value}", *after]
+            plain.append(f"User-agent: {_token(value)}")
+            others += after
+            differs |= _token(value) != value or (
+                i < len(agents) - 1 and any(o and not o.startswith(("#", "Sitemap", "Host")) for o in after))
+        written += [f"{field}: {pattern}" for field, pattern in rules]
+        plain += [*others, *(f"{field}: {pattern}" for field, pattern in rules)]
+    body, reference = "\n".join(written), Protego.parse("\n".join(plain))
+    as_written = Protego.parse(body)
+    built = _both_paths(body, "crawler")
+    assert built["parsed"].crawl_delay() == built["compiled"].crawl_delay() == reference.crawl_delay("crawler")
+    for path in [*paths, "/robots.txt"]:
+        url = f"https://site.test{path}"
+        expected = reference.can_fetch(url, "crawler")
+        assert built["parsed"].allowed(url) == expected, (path, body)
+        assert built["compiled"].allowed(url) == expected, (path, body)
+        if not differs:
+            assert as_written.can_fetch(url, "crawler") == expected, (path, body)
 
 
 def test_hostile_files_answer_like_protego_and_keep_their_crawl_delay() -> None:

@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 from protego import Protego
 
 from crawler.robots import _protego
+from crawler.robots._groups import rfc9309_groups
 from crawler.robots._matcher import Matcher, index
 
 _VERDICTS = 4096  # URLs remembered per host: a site's pages repeat their menus
@@ -20,9 +21,11 @@ class Rules:
 
     ``record["mode"]`` is ``"parse"`` (``record["body"]`` is the file),
     ``"allow"`` (no restrictions: RFC 9309 "unavailable") or ``"disallow"``
-    (everything refused). A group of many rules is matched through an index
-    (``_matcher.py``); :func:`compile_rules` builds that index as JSON, in a
-    worker process for a big file, and :meth:`from_compiled` reads it back.
+    (everything refused). The file is grouped as RFC 9309 groups it where
+    Protego differs (``_groups.py``). A group of many rules is matched
+    through an index (``_matcher.py``); :func:`compile_rules` builds that
+    index as JSON, in a worker process for a big file, and
+    :meth:`from_compiled` reads it back.
     """
 
     def __init__(self, record: dict[str, Any], agent: str, compiled: dict[str, Any] | None = None) -> None:
@@ -69,9 +72,10 @@ def _is_robots_txt(url: str) -> bool:
 
 
 def _parse(body: str, agent: str) -> tuple[Protego, float | None, list[tuple[bool, str]]]:
-    """Protego's parse of ``body``, its Crawl-delay for ``agent`` and the
-    rules of the group that applies to ``agent``, in precedence order."""
-    parser = Protego.parse(body)
+    """Protego's parse of ``body`` (grouped as RFC 9309 groups it:
+    ``_groups.py``), its Crawl-delay for ``agent`` and the rules of the group
+    that applies to ``agent``, in precedence order."""
+    parser = Protego.parse(rfc9309_groups(body))
     ruleset = _protego.rule_set(parser, agent)
     delay = parser.crawl_delay(agent)
     rules = _protego.rules_of(ruleset) if ruleset is not None else []

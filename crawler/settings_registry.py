@@ -5,9 +5,11 @@ Components read their settings once, in ``__init__``/``from_crawler``, with
 :func:`setting`, which takes the default from here (no default is written
 anywhere else) and returns the value checked against its form, or raises
 :class:`SettingsError`, one line naming the setting and what it expects.
-:func:`validate` checks every setting and every cross-field rule; the command
-layer and the addon call it before a crawl starts. Only the command layer
-(``crawler/commands/``) turns a :class:`SettingsError` into an exit status.
+:func:`validate` checks every setting and every cross-field rule, and warns
+once of each ``CRAWLER_*`` name not listed (a misspelling, with the name
+probably meant); the command layer and the addon call it before a crawl
+starts. Only the command layer (``crawler/commands/``) turns a
+:class:`SettingsError` into an exit status.
 
 Forms (``form`` in the TOML): ``bool``; ``int`` and ``float`` (finite, within
 ``minimum``/``maximum``, exclusive with ``exclusive_minimum`` /
@@ -27,9 +29,13 @@ crawler.settings_registry``; a test fails when they differ).
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import json
+import logging
 import math
 import os
+import re
 import tempfile
 import tomllib
 import weakref
@@ -42,6 +48,8 @@ from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
 
 FORMS = ("bool", "int", "float", "enum", "str", "list", "dict", "file", "dir", "url")
 
@@ -349,15 +357,50 @@ def moved_paths(settings: BaseSettings) -> None:
                 raise SettingsError(f"{name}: {path} moved, use {MOVED[path]}")
 
 
+PREFIX = "CRAWLER_"  # the names of this project's settings; a name of it not listed is a mistake
+
+
+def unknown_names(settings: BaseSettings) -> list[tuple[str, str | None]]:
+    """Each ``CRAWLER_*`` name of ``settings`` the registry does not know,
+    with the known name closest to it (None if none is close)."""
+    known = [name[len(PREFIX):] for name in BY_NAME if name.startswith(PREFIX)]
+    found = []
+    for name in sorted(str(n) for n in settings):
+        if name.startswith(PREFIX) and name not in BY_NAME:
+            # compared without the prefix, which every name shares
+            close = difflib.get_close_matches(name[len(PREFIX):], known, n=1)
+            found.append((name, PREFIX + close[0] if close else None))
+    return found
+
+
+_warned: set[str] = set()  # unknown names already said in this process
+
+
+def warn_unknown(settings: BaseSettings) -> None:
+    """One warning per unknown ``CRAWLER_*`` name (per process), naming the
+    setting probably meant: a misspelt setting is otherwise ignored in silence."""
+    for name, close in unknown_names(settings):
+        if name in _warned:
+            continue
+        _warned.add(name)
+        if close:
+            logger.warning("unknown setting %s (did you mean %s?)", name, close)
+        else:
+            logger.warning("unknown setting %s", name)
+
+
 _validated: dict[int, weakref.finalize] = {}  # ids of frozen settings already validated
 
 
-def validate(settings: BaseSettings) -> None:
+def validate(settings: BaseSettings, *, unknown: bool = True) -> None:
     """Check every setting of the registry and every cross-field rule; raise
-    :class:`SettingsError` for the first bad one. Frozen (final) settings
-    are checked once, whoever asks first."""
+    :class:`SettingsError` for the first bad one; with ``unknown``, warn of
+    the ``CRAWLER_*`` names it does not know (:func:`warn_unknown`). Frozen
+    (final) settings are checked once, whoever asks first."""
     if id(settings) in _validated:
         return
+    if unknown:
+        warn_unknown(settings)
     for entry in SETTINGS:
         setting(settings, entry.name)
     for rule in RULES:
@@ -394,6 +437,38 @@ def shard_urls(value: dict[Any, Any]) -> None:
         if number < 0 or not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
             raise ValueError(f"must be a dict of shard number -> REDIS_URL (redis://, rediss://, unix://), "
                              f"got {shard!r}: {url!r}")
+
+
+# a host pattern (fnmatch): host-name characters and wildcards, no empty label
+_HOST_PATTERN = re.compile(r"[a-z0-9_*?!\[\]-]+(\.[a-z0-9_*?!\[\]-]+)*\Z")
+
+
+def allow_private(value: list[str]) -> None:
+    """``CRAWLER_ALLOW_PRIVATE``: each entry a network (CIDR, or one
+    address) or a host pattern that could match a host name; a top label of
+    digits alone (``5``, ``10.0.0``) is neither: no host has one."""
+    _load_function("crawler.fetch._address:Allowed")(value)  # the networks, as the download handler reads them
+    for entry in value:
+        word = str(entry).strip().lower()
+        try:
+            ipaddress.ip_network(word, strict=False)
+            continue
+        except ValueError:
+            pass
+        pattern = word.rstrip(".")
+        if not _HOST_PATTERN.match(pattern) or pattern.rsplit(".", 1)[-1].isdigit():
+            raise ValueError(f"CRAWLER_ALLOW_PRIVATE: {entry!r} is neither a network (CIDR) nor a host pattern")
+
+
+def listen_address(value: str) -> None:
+    """An address a server of this machine listens on: an IP address, or
+    ``localhost`` (no other name is looked up before the crawl starts)."""
+    if value.lower() != "localhost":
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            raise ValueError(f"must be an IP address to listen on (127.0.0.1, 0.0.0.0, ::) or localhost, "
+                             f"got {value!r}") from None
 
 
 def writable_file(value: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import time
 import tomllib
@@ -19,11 +20,13 @@ import pytest
 from scrapy.settings import Settings
 
 from crawler.settings_registry import (
+    BY_NAME,
     FORMS,
     SETTINGS,
     Setting,
     SettingsError,
     setting,
+    unknown_names,
     validate,
 )
 from tests.servers import ROOT, run_scrapy, scrapy_env
@@ -38,7 +41,9 @@ CONTENT = {
                                  {"a.test": 5}, '{"a.test": {"delay": -1}}'],
     "CRAWLER_SHARD_REDIS_URLS": [{"x": "redis://h/0"}, {"0": "http://h/"}, '{"-1": "redis://h/0"}', {"1": 5}],
     "CRAWLER_HOST_MAP": [{"*.test": "not an address"}, {"*.test": []}, {"*.test": [1]}, '{"a.test": "1.2.3"}'],
-    "CRAWLER_ALLOW_PRIVATE": ["10.0.0.0/99", '["ok.test", "10.0.0.0/99"]'],
+    "CRAWLER_ALLOW_PRIVATE": ["10.0.0.0/99", '["ok.test", "10.0.0.0/99"]', "5", "10.0.0", "ok.test,5", "a b.test",
+                              "ops@ok.test"],
+    "CRAWLER_METRICS_ADDRESS": ["not-an-address", "", "1.2.3.4.5", "127.0.0.1:9410", "http://127.0.0.1/"],
     "CRAWLER_TLS_GROUPS": ["nonsense"],
     "CRAWLER_TLS13_CIPHERSUITES": ["AES"],
     "CRAWLER_STATS_FILE": [f"{UNWRITABLE}/stats.json"],
@@ -171,6 +176,16 @@ def test_values_are_typed_and_json_lists_are_lists() -> None:
     assert math.isfinite(setting(Settings(), "CRAWLER_DOMAIN_DELAY"))
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("CRAWLER_ALLOW_PRIVATE", '["*.test", "ok.test.", "10.0.0.*", "[ab].test", "host-1.example", "*", "::1"]'),
+    ("CRAWLER_ALLOW_PRIVATE", "10.0.0.0/8, fd00::/8, 192.168.1.5"),
+    ("CRAWLER_METRICS_ADDRESS", "0.0.0.0"), ("CRAWLER_METRICS_ADDRESS", "::"),
+    ("CRAWLER_METRICS_ADDRESS", "::1"), ("CRAWLER_METRICS_ADDRESS", "localhost"),
+])
+def test_good_contents_pass(name: str, value: str) -> None:
+    validate(Settings({name: value}))
+
+
 def test_a_creatable_folder_is_not_created_by_the_check(tmp_path: Path) -> None:
     validate(Settings({"CRAWLER_WARC_DIR": str(tmp_path / "a" / "b")}))
     assert list(tmp_path.iterdir()) == []  # the write test left nothing behind
@@ -205,6 +220,12 @@ def crawl(redis_url: str, tmp_path: Path, *settings: str, env: dict[str, str] | 
      "CRAWLER_EXCLUDE_FILE must be a readable file that exists, got '/no/such/exclusions.txt'"),
     ("CRAWLER_TLS_CA_FILE=/no/such/ca.pem", "CRAWLER_TLS_CA_FILE must be a readable file that exists"),
     ("CRAWLER_WARC_DIR=" + UNWRITABLE, "CRAWLER_WARC_DIR must be a writable folder"),
+    ("CRAWLER_ALLOW_PRIVATE=5", "CRAWLER_ALLOW_PRIVATE: '5' is neither a network (CIDR) nor a host pattern"),
+    ("CRAWLER_METRICS_ADDRESS=not-an-address",
+     "CRAWLER_METRICS_ADDRESS must be an IP address to listen on (127.0.0.1, 0.0.0.0, ::) or localhost, "
+     "got 'not-an-address'"),
+    # given on the command line, an empty contact is empty: the environment's (ops@example.org) is not taken instead
+    ("CRAWLER_CONTACT=", "the billion spider crawls the open web: set CRAWLER_CONTACT"),
 ])
 def test_scrapy_crawl_bad_setting_is_exit_2_and_one_line(redis_url: str, tmp_path: Path, value: str,
                                                         message: str) -> None:
@@ -235,6 +256,54 @@ def test_a_json_list_on_the_command_line_is_a_list(redis_url: str, make_web, tmp
     assert result.returncode == 0, result.stderr[-3000:]
     fetched = {e.domain for e in web.log() if e.path != "/robots.txt"}
     assert fetched == set(web.domains), result.stderr[-3000:]  # one literal pattern would refuse them all
+
+
+def test_an_unknown_crawler_setting_is_a_warning_with_the_closest_name(redis_url: str, make_web,
+                                                                      tmp_path: Path) -> None:
+    """A misspelt CRAWLER_* name, from the command line, the project's
+    settings or a spider's custom_settings, is said once, with the name
+    meant; the crawl runs."""
+    web = make_web(domains=1, pages=3, links=2, size_fixed=1000, private_share=0, cross_share=0, dup_share=0,
+                   crawl_delay_share=0)
+    (tmp_path / "typo_settings.py").write_text(
+        "from devkit.settings import *  # noqa: F403\n"
+        'SPIDER_MODULES = ["crawler.spiders", "typo_spiders"]\n'
+        "CRAWLER_MAX_DEPHT = 3\n")
+    (tmp_path / "typo_spiders.py").write_text(
+        "from tests.spiders.exitstatus import ExitStatusSpider\n\n\n"
+        "class TypoSpider(ExitStatusSpider):\n"
+        '    name = "typo"\n'
+        '    custom_settings = {"CRAWLER_LOCK_ENABLD": True}\n')
+    env = scrapy_env(redis_url, settings="typo_settings", CRAWLER_CONTACT="ops@example.org")
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    result = crawl(redis_url, tmp_path, "CRAWLER_DOMIAN_DELAY=5", "CRAWLER_ZZZZ=1", env=env, spider="typo",
+                   args=("-a", f"start_urls={web.url(0)}"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Spider closed (done)" in result.stderr  # the crawl ran
+    warnings = sorted(line.split(" WARNING: ", 1)[1] for line in result.stderr.splitlines()
+                      if " WARNING: unknown setting " in line)
+    assert warnings == [
+        "unknown setting CRAWLER_DOMIAN_DELAY (did you mean CRAWLER_DOMAIN_DELAY?)",
+        "unknown setting CRAWLER_LOCK_ENABLD (did you mean CRAWLER_LOCK_ENABLED?)",
+        "unknown setting CRAWLER_MAX_DEPHT (did you mean CRAWLER_MAX_DEPTH?)",
+        "unknown setting CRAWLER_ZZZZ",
+    ], result.stderr[-3000:]
+    assert result.stderr.count("unknown setting ") == 4  # once each, and only in log lines
+
+
+def test_the_project_settings_name_no_unknown_crawler_setting() -> None:
+    """The project's settings (and devkit's, the benchmarks' and the
+    scripts') use no CRAWLER_* name the registry does not know: the warning
+    is only ever for a mistake."""
+    import devkit.settings
+
+    assert unknown_names(Settings(vars(devkit.settings))) == []
+    used = set()
+    for folder in ("crawler", "devkit", "bench", "scripts"):
+        for path in (ROOT / folder).rglob("*.py"):
+            used |= set(re.findall(r"\b(CRAWLER_[A-Z0-9_]*[A-Z0-9])\b", path.read_text()))
+    assert len(used) > 50  # the pattern still finds them
+    assert {name for name in used if name not in BY_NAME} == set()
 
 
 @pytest.mark.parametrize(("how", "status", "line"), [

@@ -77,3 +77,18 @@ def test_final_settings_are_checked_once(monkeypatch: pytest.MonkeyPatch) -> Non
     for _ in range(3):  # the command, the addon, ...
         settings_registry.validate(final)
     assert len(CALLS) == 3
+
+
+def test_an_unknown_crawler_name_is_said_once_with_the_name_meant(monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    from crawler import settings_registry
+
+    monkeypatch.setattr(settings_registry, "_warned", set())
+    draft = Settings({"CRAWLER_DOMIAN_DELAY": 5, "CRAWLER_DOMAIN_DELAY": 1, "DOWNLOAD_DELAY": 1, "MY_OWN": 1})
+    with caplog.at_level("WARNING", logger="crawler.settings_registry"):
+        settings_registry.validate(draft)
+        settings_registry.validate(draft.frozencopy())  # the addon, after the command
+        settings_registry.validate(Settings({"CRAWLER_DOMIAN_DELAY": 5}), unknown=False)
+    assert [r.getMessage() for r in caplog.records] == [
+        "unknown setting CRAWLER_DOMIAN_DELAY (did you mean CRAWLER_DOMAIN_DELAY?)"]
+    assert settings_registry.unknown_names(Settings({"CRAWLER_QQQQQQ": 1})) == [("CRAWLER_QQQQQQ", None)]

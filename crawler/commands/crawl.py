@@ -1,16 +1,18 @@
 """``scrapy crawl``, with every setting checked and the Redis connection
 settled before the crawl starts, and an exit status that tells the truth.
 
-Before the crawl: the settings are validated (:func:`crawler.settings_registry.validate`),
-the embedded Redis is started when ``REDIS_URL`` is unset, and a bad setting
-(exit status 2), a bad URL or an unreachable server (exit status 1) ends the
-command with one line, ``crawler: error: ...``, not a traceback.
+Before the crawl: the settings are validated (:func:`crawler.settings_registry.validate`;
+an unknown ``CRAWLER_*`` name is a warning in the log, with the name probably
+meant), the embedded Redis is started when ``REDIS_URL`` is unset, and a bad
+setting (exit status 2), a bad URL or an unreachable server (exit status 1)
+ends the command with one line, ``crawler: error: ...``, not a traceback.
 
 After it: the exit status is 1 when the crawl could not start, when a
 component set the stat ``crawler/exit/error`` (a one-line reason: a WARC
-writer that failed, a frontier Redis lost, ...), or when the finish reason is
-one of ours that means failure (:data:`FAILURE_REASONS`); the last log line
-is then ``Crawl failed: <reason>``. Clean reasons (``finished``,
+writer that failed, a crawl closed while paused for disk space, a frontier
+Redis lost, ...), or when the finish reason is one of ours that means
+failure (:data:`FAILURE_REASONS`); the last log line is then ``Crawl
+failed: <reason>``. Clean reasons (``finished``,
 ``shutdown``, ``closespider_*``, a spider's own) exit 0.
 """
 
@@ -32,7 +34,7 @@ from twisted.python.failure import Failure
 from crawler.commands._fail import fail, say, status
 from crawler.connection import RedisUnavailable, get_redis, redis_url
 from crawler.middlewares.useragent import contact_of
-from crawler.settings_registry import SettingsError, validate
+from crawler.settings_registry import SettingsError, validate, warn_unknown
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ class Command(ScrapyCrawl):
         super().process_options(args, opts)
         assert self.settings is not None
         try:
-            validate(self.settings)
+            validate(self.settings, unknown=False)  # unknown names: said in run(), once logging is set up
             spidercls = check_spider(self.settings, args[0], opts.spargs) if args else None
             url = redis_url(self.settings, spidercls)  # the spider may be scrapy-redis's kind
             self.settings.set("REDIS_URL", url, priority="cmdline")
@@ -62,6 +64,7 @@ class Command(ScrapyCrawl):
             raise UsageError("running 'scrapy crawl' with more than one spider is not supported")
         assert self.crawler_process
         crawler = self._create_crawler(args[0])  # kept: the process forgets finished crawlers
+        warn_unknown(crawler.settings)  # -s, the project's and the spider's settings, in the log
         errors: list[BaseException] = []
         _on_error(self.crawler_process.crawl(crawler, **opts.spargs), errors.append)
         self.crawler_process.start()

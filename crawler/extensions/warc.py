@@ -21,7 +21,10 @@ count its URL as stored and release its lease. When a write fails (no space,
 read-only, an I/O error), the crawl stops taking work, the pages not stored go
 back to the frontier when it closes, one line names the file and the error,
 and the crawl ends with ``warc_failed`` (a non-zero exit). Before the disk is
-full, ``CRAWLER_WARC_MIN_FREE`` pauses fetching until space returns.
+full, ``CRAWLER_WARC_MIN_FREE`` pauses fetching until space returns; a crawl
+that closes while still paused (``CLOSESPIDER_TIMEOUT``, a shutdown) did not
+finish: its URLs wait in the frontier, and it says so as its exit error (a
+non-zero exit, ``crawler/warc/closed_paused``).
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class WarcExtension:
         self.writer: WarcWriter | None = None
         self.failed = False
         self.paused_at: float | None = None
+        self.free: int | None = None  # bytes free in the folder at the last look
         self._checker = task.LoopingCall(self.check)
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
@@ -117,6 +121,8 @@ class WarcExtension:
             self.stats.set_value("crawler/warc/blocked_seconds", round(self.writer.blocked, 3))
             self.stats.set_value("crawler/warc/pages_stored", self.writer.written)
             self._check_writer()
+        if self.paused_at is not None:
+            self._closed_paused()
 
     def response_received(self, response: Response, request: Request, spider: Spider) -> None:
         received = raw_responses.take(request)
@@ -203,7 +209,7 @@ class WarcExtension:
             st = os.statvfs(self.directory)
         except OSError:
             return
-        free = st.f_bavail * st.f_frsize
+        free = self.free = st.f_bavail * st.f_frsize
         engine = self.crawler.engine
         if engine is None:
             return
@@ -221,6 +227,28 @@ class WarcExtension:
             self.stats.inc_value("crawler/warc/low_space_seconds", round(paused, 3))
             logger.info("Disk space for WARC files is back (%d MB free): fetching resumed after %.0f s",
                         free // 10**6, paused)
+
+    def _closed_paused(self) -> None:
+        """The crawl closes while fetching is paused for disk space: it did
+        not finish (what it did not fetch waits in the frontier), and its
+        exit error says why, unless an earlier one (a failed write) already does."""
+        assert self.paused_at is not None
+        paused = time.monotonic() - self.paused_at
+        self.paused_at = None
+        self.stats.inc_value("crawler/warc/low_space_seconds", round(paused, 3))
+        self.stats.set_value("crawler/warc/closed_paused", 1)
+        try:
+            st = os.statvfs(self.directory)
+            self.free = st.f_bavail * st.f_frsize
+        except OSError:
+            pass  # the last look's figure
+        free = "?" if self.free is None else f"{self.free // 10**6}"
+        if not self.stats.get_value("crawler/exit/error"):
+            self.stats.set_value(
+                "crawler/exit/error",
+                f"closed while fetching was paused for disk space for {paused:.0f} s: {free} MB free in "
+                f"{self.directory}, under CRAWLER_WARC_MIN_FREE ({self.min_free // 10**6} MB); the URLs not "
+                "fetched wait in the frontier")
 
 
 def writable(directory: Path) -> None:

@@ -20,8 +20,14 @@ if TYPE_CHECKING:
 
 
 def contact_of(settings: BaseSettings) -> str:
-    """``CRAWLER_CONTACT``: the setting, else the environment variable of that name."""
-    return str(setting(settings, "CRAWLER_CONTACT") or os.environ.get("CRAWLER_CONTACT") or "").strip()
+    """``CRAWLER_CONTACT``: the setting, else (when no settings name it: an
+    addon project's do not read the environment) the environment variable
+    of that name. A setting given empty is empty (``-s CRAWLER_CONTACT=``
+    overrides the environment as any ``-s`` does): an open-web spider then
+    refuses to start."""
+    if settings.get("CRAWLER_CONTACT") is None:
+        return str(os.environ.get("CRAWLER_CONTACT") or "").strip()
+    return str(setting(settings, "CRAWLER_CONTACT")).strip()
 
 
 def user_agent(settings: BaseSettings) -> str:

@@ -27,7 +27,8 @@
 -- A domain with a delay gives one request at a time and is parked (out of
 -- base:ready, dom 'busy' = the lease) until that request is acknowledged:
 -- the delay runs from the request's mark, not from this dequeue.
--- Returns {now_ms, next_due_ms or -1, epoch id ("" if none), seq, queued,
+-- Returns {now_ms, next_due_ms or -1 (the earliest score of base:ready and
+--          base:delayed), epoch id ("" if none), seq, queued,
 --          lease id, record, lease id, record, ...}
 local base = KEYS[1]
 local want = tonumber(ARGV[1])
@@ -173,5 +174,8 @@ if attempts > 0 then redis.call('HINCRBY', stats, 'attempts', attempts) end
 if denials > 0 then redis.call('HINCRBY', stats, 'denials', denials) end
 local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
 if #head > 0 then out[2] = tonumber(head[2]) end
+-- a delayed request joins its queue when its time comes: the caller polls then
+local later = redis.call('ZRANGE', base .. ':delayed', 0, 0, 'WITHSCORES')
+if #later > 0 and (out[2] < 0 or tonumber(later[2]) < out[2]) then out[2] = tonumber(later[2]) end
 if call ~= '' and taken > 0 then redis.call('SET', replay_key, cmsgpack.pack(out), 'PX', 120000) end
 return epoch(out)

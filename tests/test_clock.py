@@ -191,6 +191,123 @@ def test_idle_close_waits_idle_before_close_seconds(redis_client: redis.Redis, c
     assert not taker.frontier_busy(2.0)
 
 
+def test_a_domain_due_sooner_than_the_poll_interval_is_polled_for_then(redis_client: redis.Redis,
+                                                                      clock: ManualClock) -> None:
+    # #34 item 8: the poll interval paces calls that find something; a call
+    # that found nothing due comes back when the next domain is, however soon
+    taker, wakes = intake(redis_client, clock, poll=0.125, politeness=Politeness(delay=0.05))
+    taker.frontier.add([item("u0"), item("u1")])
+    taker.take([])
+    (leased,) = taker.buffer
+    taker.buffer.clear()
+    clock.advance(0.25)
+    taker.take([leased.lease])  # done now: a.test is due in 51 ms
+    assert len(taker) == 0 and wakes[-1] == 0.051  # not 0.125 later: 74 ms of slack
+    clock.advance(0.05)
+    assert not taker.due()
+    clock.advance(0.001)
+    assert taker.due()
+    taker.take([])
+    assert [x.entry for x in taker.buffer] == [b"u1"]
+
+
+def test_a_delayed_request_is_polled_for_when_it_is_due(redis_client: redis.Redis, clock: ManualClock) -> None:
+    # a retry waiting in the delayed set is due at a known time: no backoff
+    # (0.125, 0.16, 0.32 s: taken 105 ms late), a poll then
+    taker, wakes = intake(redis_client, clock, poll=0.125)
+    taker.frontier.delay([(0.3, "a.test", 0, b"retry")])
+    taker.take([])
+    assert len(taker) == 0 and wakes[-1] == 0.3
+    clock.advance(0.3)
+    assert taker.due()
+    taker.take([])
+    assert [x.entry for x in taker.buffer] == [b"retry"]
+    taker.frontier.delay([(30, "a.test", 0, b"later")])
+    taker.take([])
+    assert wakes[-1] == MAX_POLL_WAIT  # far off: polled again after at most MAX_POLL_WAIT
+
+
+def test_an_idle_answer_is_never_kept(redis_client: redis.Redis, clock: ManualClock) -> None:
+    # #36 item 6: the engine closes the crawl on an idle answer; one kept for
+    # 0.25 s hid what this worker stored meanwhile (its write buffer empty again)
+    taker, _ = intake(redis_client, clock)
+    assert not taker.frontier_busy(0)
+    taker.frontier.add([item("u0")])
+    assert taker.frontier_busy(0)  # no clock move: asked again
+
+
+def open_on(redis_url: str, clock: ManualClock, **settings: object) -> FrontierScheduler:
+    """A frontier scheduler on the test's Redis and clock, under an engine that never starts."""
+    crawler = crawler_for(redis_url, **settings)
+    scheduler = FrontierScheduler(crawler, redis.Redis.from_url(redis_url),
+                                  FrontierSettings.from_settings(crawler.settings), clock)
+    scheduler.open(crawler.spider)
+    return scheduler
+
+
+def test_pending_requests_right_after_this_worker_stored_them(redis_url: str, clock: ManualClock) -> None:
+    # #36 item 6: has_pending_requests said False for up to 0.25 s after an
+    # empty look, while what this worker had just stored waited in Redis
+    scheduler = open_on(redis_url, clock)
+    try:
+        assert not scheduler.has_pending_requests()  # nothing anywhere: idle
+        scheduler.add_urls(["http://a.test/1"], canonical=True)
+        assert scheduler.has_pending_requests()  # buffered here
+        scheduler.flush_pending()  # stored: the buffer is empty, Redis holds it
+        assert not scheduler.writes and not scheduler.intake.buffer
+        assert scheduler.has_pending_requests()
+        request = scheduler.next_request()
+        assert request is not None
+        scheduler.enqueue_request(request.replace(meta={**request.meta, "crawler_delay": 5}))  # a retry
+        scheduler.flush_pending()  # in the delayed set, its lease acknowledged with it
+        assert scheduler.frontier is not None and scheduler.frontier.pending() == 1
+        assert scheduler.has_pending_requests()
+    finally:
+        scheduler.close("finished")
+
+
+class Storage:
+    """A page store whose writer the test plays: a page is kept once named."""
+
+    def __init__(self) -> None:
+        self.kept: set[str] = set()
+
+    def stored(self, request: Request) -> bool:
+        return request.url in self.kept
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_page_stored_late_is_acknowledged_within_the_ack_interval(redis_url: str, redis_client: redis.Redis,
+                                                                   clock: ManualClock) -> None:
+    # #34 item 8: a page's lease is held until storage (the WARC writer's
+    # thread) holds the page; it was looked at again only at the next ack or
+    # the 0.5 s tick, and sent with whatever dequeue came next: its parked
+    # domain waited 0.1-0.6 s past its turn
+    scheduler = open_on(redis_url, clock, CRAWLER_DOMAIN_DELAY=0.05)
+    try:
+        storage = Storage()
+        scheduler.service.keep_pages_with(storage)
+        scheduler.add_urls(["http://a.test/1", "http://a.test/2"], canonical=True)
+        scheduler.flush_pending()
+        request = scheduler.next_request()
+        assert request is not None and scheduler.next_request() is None  # a.test is parked
+        scheduler.ack(request, STORED)
+        assert scheduler.leases.held  # on its way to storage
+        clock.advance(0.01)
+        storage.kept.add(request.url)  # the writer holds it now
+        clock.advance(0.01)  # the next look at storage, one ack interval (0.02) after the ack
+        assert not scheduler.leases.held and scheduler.writes.acks
+        clock.advance(0.02)  # the acknowledgement leaves one ack interval later, with a dequeue
+        leases = scheduler.frontier.keys.leases if scheduler.frontier is not None else ""
+        assert not scheduler.leases.held and redis_client.zcard(leases) == 0
+        clock.advance(0.05)  # the delay after the ack's mark: polled for then
+        assert scheduler.next_request() is not None
+    finally:
+        scheduler.close("finished")
+
+
 # --- politeness marks (Marks) ---------------------------------------------
 
 

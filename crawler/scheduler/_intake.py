@@ -4,8 +4,9 @@ for more.
 One ``dequeue.lua`` call leases up to ``CRAWLER_PREFETCH`` requests of due
 domains. The next call comes at once when that call came back full; no
 sooner than ``CRAWLER_POLL_INTERVAL`` when it took what was due; exactly
-when the next domain is due when nothing was; and with a doubling backoff
-(up to 1 s) while the frontier is empty. Each call has a name: a call
+when the next domain (or delayed request) is due when nothing was, however
+soon (at most 1 s ahead); and with a doubling backoff (up to 1 s) while
+nothing is queued here. Each call has a name: a call
 retried after a lost reply gets the first call's leases back instead of
 taking more, and the next call drops that kept reply. Every wait is read
 on the scheduler's clock (``crawler/clock.py``), which a test moves.
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MAX_POLL_WAIT = 1.0  # seconds between dequeue attempts while nothing is due
+#: the least wait for a domain due now that the last call could not take
+#: (a script call leaves each domain it looked at out of ready or later)
+MIN_POLL_WAIT = 0.002
 
 
 class Intake:
@@ -93,13 +97,17 @@ class Intake:
             self.next_poll = now + self.poll_interval
             return
         if result.next_due_ms is not None:
-            # a queued domain is waiting for its turn: come back exactly then
-            wait = max(0.0, (result.next_due_ms - result.now_ms) / 1000)
+            # a queued domain (or a delayed request) is waiting for its turn:
+            # come back exactly then, sooner than the poll interval if it is
+            # sooner (that call takes it: the interval paces calls that find
+            # something, not this one)
+            self.empty_polls = 0
+            wait = max((result.next_due_ms - result.now_ms) / 1000, MIN_POLL_WAIT)
         else:
             # nothing queued here; other workers may add some: back off
             self.empty_polls += 1
-            wait = 0.02 * 2 ** min(self.empty_polls, 10)
-        wait = min(max(wait, self.poll_interval), MAX_POLL_WAIT)
+            wait = max(0.02 * 2 ** min(self.empty_polls, 10), self.poll_interval)
+        wait = min(wait, MAX_POLL_WAIT)
         self.next_poll = now + wait
         self.wake_in(wait)
 
@@ -116,11 +124,14 @@ class Intake:
 
     def frontier_busy(self, idle_before_close: float) -> bool:
         """Whether the frontier (any worker's share) holds requests, or held
-        some less than ``idle_before_close`` seconds ago; Redis is asked at
-        most every 0.25 s."""
+        some less than ``idle_before_close`` seconds ago. A busy answer is
+        kept for 0.25 s (Redis is asked at most that often while the crawl
+        runs); an idle one never is: the engine closes the crawl on it, and
+        this worker may have stored requests since (its write buffer empties
+        into Redis, where only a new look sees them)."""
         now = self.clock.monotonic()
-        if now - self._busy_checked < 0.25:
-            return self._busy
+        if self._busy and now - self._busy_checked < 0.25:
+            return True
         self._busy_checked = now
         if self.frontier.pending() > 0:
             self._idle_since = None

@@ -69,7 +69,7 @@ class AddResult:
 class TakeResult:
     items: list[Leased]
     now_ms: int
-    next_due_ms: int | None  # earliest next-fetch time of a queued domain
+    next_due_ms: int | None  # earliest next-fetch time of a queued domain, or of a delayed request
 
 
 @dataclass(frozen=True)

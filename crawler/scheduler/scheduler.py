@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import redis
 from scrapy.utils.misc import load_object
@@ -68,6 +68,9 @@ logger = logging.getLogger(__name__)
 #: engine starts each one (downloader middlewares, the handler) before it
 #: lets the loop run, and a turn of hundreds held it for over 100 ms
 TURN_MAX = 64
+#: least seconds between two looks at pages on their way to storage (with
+#: ``CRAWLER_ACK_INTERVAL`` 0, they would be looked at in every turn of the loop)
+STORAGE_LOOK = 0.01
 
 
 class FrontierScheduler:
@@ -91,6 +94,7 @@ class FrontierScheduler:
         self.offers: Offers
         self.service: FrontierService
         self._flusher: task.LoopingCall | None = None
+        self._storage_call: Any = None  # the next look at pages on their way to storage
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -158,6 +162,8 @@ class FrontierScheduler:
         unfinished leases back; delete the frontier unless ``SCHEDULER_PERSIST``."""
         self.waker.cancel()
         self.writes.cancel()
+        if self._storage_call is not None and self._storage_call.active():
+            self._storage_call.cancel()
         if self._flusher is not None and self._flusher.running:
             self._flusher.stop()
         if self.guard.halted:  # the frontier was lost (_outage.py): nothing more is written to it
@@ -230,9 +236,12 @@ class FrontierScheduler:
         return self.offers.unknown(urls)
 
     def flush_pending(self) -> None:
-        """Store buffered requests and acknowledgements now (``_writes.py``)."""
+        """Store buffered requests and acknowledgements now (``_writes.py``);
+        then poll soon if that stored a request (or a delayed one, whose time
+        the next poll learns), rather than after a backoff."""
+        delayed = bool(self.writes.delays)
         result = self.writes.flush()
-        if result is not None and result.added:
+        if delayed or (result is not None and result.added):
             self.intake.added()
 
     # --- what the middlewares report ---------------------------------------
@@ -245,8 +254,17 @@ class FrontierScheduler:
         if ack is not None:
             self.writes.ack(ack)
         if self.leases.held:
-            for ack in self.leases.stored():
-                self.writes.ack(ack)
+            self._storage_stored()
+
+    def _storage_stored(self) -> None:
+        """Acknowledge the held pages storage holds by now; while some are
+        still on their way, look again one ack interval later: a parked domain
+        waits for its page's acknowledgement, not for the next ack or tick."""
+        for ack in self.leases.stored():
+            self.writes.ack(ack)
+        if self.leases.held and not (self._storage_call is not None and self._storage_call.active()):
+            self._storage_call = self.clock.timers.callLater(max(self.config.ack_interval, STORAGE_LOOK),
+                                                             self._storage_stored)
 
     def note_fetch(self, request: Request, began: float, ended: float) -> None:
         """A fetch made for ``request`` outside the downloader (its robots.txt)
@@ -269,10 +287,14 @@ class FrontierScheduler:
         self.guard.call(self.writes.send_acks)
 
     def _tick(self) -> None:
-        self.writes.acks.extend(self.leases.stored())
+        # acknowledgements found here leave within the ack interval, with a
+        # dequeue (_send_acks), not whenever the next dequeue comes
+        for ack in self.leases.stored():
+            self.writes.ack(ack)
         acks = self.leases.sweep(self.crawler.engine)
         if acks:
-            self.writes.acks.extend(acks)
+            for ack in acks:
+                self.writes.ack(ack)
             inc(self.stats, "crawler/frontier/acked_by_sweep", len(acks))
         self.guard.call(self.flush_pending)
         self.guard.call(self.loss.check)
@@ -349,8 +371,8 @@ class FrontierScheduler:
     def has_pending_requests(self) -> bool:
         """True while anything is buffered here, Redis is away, or the
         frontier (any worker's share) holds requests; False once it has been
-        empty for ``SCHEDULER_IDLE_BEFORE_CLOSE`` seconds. Asks Redis at most
-        every 0.25 s."""
+        empty for ``SCHEDULER_IDLE_BEFORE_CLOSE`` seconds. A busy answer from
+        Redis is reused for up to 0.25 s, an idle one never (``_intake.py``)."""
         if self.intake.buffer or self.writes:
             return True
         if self.guard.down:

@@ -160,7 +160,7 @@ def test_stacked_bomb_stops_at_the_cap_or_fails_at_maxsize() -> None:
     answer = _stacked_bomb()
     assert len(answer) < 10_000
     tracemalloc.start()
-    capped, over, under = asyncio.run(fetch_raw([answer] * 3, piece=4096))  # page cap on: kept, cut
+    capped, over, under = asyncio.run(fetch_raw([answer] * 3, piece=4096, CRAWLER_MAX_PAGE_BYTES=CAP))  # kept, cut
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert len(capped.body) == CAP + 1 and "download_stopped" in capped.flags
@@ -180,7 +180,7 @@ def test_download_maxsize_bounds_decoded_bytes_without_the_page_cap() -> None:
     (theirs,) = scrapy_reference([answer], DOWNLOAD_MAXSIZE=8 * 1024 * 1024)
     assert theirs.error == "IgnoreRequest" and "exceeded DOWNLOAD_MAXSIZE" in theirs.message
     (under,) = asyncio.run(fetch_raw([answer], CRAWLER_SIZECAP_ENABLED=False, DOWNLOAD_MAXSIZE=20_000_000))
-    (capped,) = asyncio.run(fetch_raw([answer]))
+    (capped,) = asyncio.run(fetch_raw([answer], CRAWLER_MAX_PAGE_BYTES=CAP))
     assert len(under.body) == 10_000_000 and not under.error
     assert len(capped.body) == CAP + 1 and "download_stopped" in capped.flags  # the page cap truncates
 

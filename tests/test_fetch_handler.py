@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import gzip
 import ipaddress
 import json
 import ssl
@@ -39,6 +40,7 @@ from twisted.internet.ssl import Certificate
 from crawler.fetch import DownloadHandler
 from crawler.fetch._decode import accepted
 from crawler.middlewares.sizecap import SizeCapMiddleware
+from tests.servers import ROOT
 
 Answer = Callable[[bytes], bytes | list[bytes]]  # the request's head -> the bytes sent back (in pieces)
 
@@ -346,6 +348,95 @@ def test_page_longer_than_maxsize_is_read_to_the_page_cap(serve) -> None:
     (error,) = fetch(handler(CRAWLER_SIZECAP_ENABLED=False, DOWNLOAD_MAXSIZE=100_000), with_length.url())
     assert isinstance(error, DownloadCancelledError) and "DOWNLOAD_MAXSIZE" in str(error)
     assert scrapy_reference(with_length.url(), {"DOWNLOAD_MAXSIZE": 100_000})["error"] == "DownloadCancelledError"
+
+
+# 18b. a smaller DOWNLOAD_MAXSIZE (setting or meta) under a larger Content-Length
+
+_CAPPED_CRAWL = r"""
+import json, sys
+from scrapy import Request, Spider
+from scrapy.crawler import CrawlerProcess
+
+url = sys.argv[1]
+outcomes = []
+
+
+class Capped(Spider):
+    name = "capped"
+
+    async def start(self):
+        yield Request(url, meta={"download_maxsize": 1000}, errback=self.failed)
+
+    def parse(self, response):
+        outcomes.append({"status": response.status, "body": len(response.body)})
+
+    def failed(self, failure):
+        outcomes.append({"error": type(failure.value).__name__,
+                         "kinds": [c.__name__ for c in type(failure.value).__mro__]})
+
+
+process = CrawlerProcess({
+    "DOWNLOAD_HANDLERS": {"http": "crawler.fetch.DownloadHandler", "https": "crawler.fetch.DownloadHandler"},
+    "DOWNLOAD_TIMEOUT": 5, "RETRY_ENABLED": False, "TELNETCONSOLE_ENABLED": False,
+    "CRAWLER_ALLOW_PRIVATE": ["127.0.0.1/32"], "CRAWLER_MAX_PAGE_BYTES": 250_000,  # a page cap, larger
+})
+process.crawl(Capped)
+process.start()
+print(json.dumps(outcomes))
+"""
+
+# declares 1024 bytes, sends a few and then nothing (the connection stays open)
+_DECLARES_1024 = (b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1024\r\n\r\n"
+                  b"partial content\n")
+
+
+def test_a_requests_download_maxsize_under_content_length_fails_at_the_headers_in_a_crawl(serve) -> None:
+    """Scrapy's TestHttpWithCrawler::test_download_with_content_length, in a
+    plain Scrapy crawl with this handler: cancelled at the headers, not a timeout."""
+    server = serve(_DECLARES_1024)
+    result = subprocess.run([sys.executable, "-c", _CAPPED_CRAWL, server.url("/partial")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (outcome,) = json.loads(result.stdout.splitlines()[-1])
+    assert "DownloadCancelledError" in outcome.get("kinds", []), (outcome, result.stderr[-3000:])
+    assert "DownloadTimeoutError" not in outcome["kinds"]
+    assert "Expected to receive 1024 bytes which is larger than download max size (1000" in result.stderr
+    assert scrapy_reference(server.url("/partial"), meta={"download_maxsize": 1000})["error"] == \
+        "DownloadCancelledError"
+
+
+@pytest.mark.parametrize("where", ["setting", "meta"])
+def test_the_smaller_download_maxsize_acts_as_soon_as_the_length_is_known(serve, where: str) -> None:
+    gzipped = gzip.compress(b"<html>" + b"x" * 100_000)[:60]  # a start of gzip, then nothing
+    plain = serve(_DECLARES_1024)
+    encoded = serve(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n"
+                    b"Content-Length: 1024\r\n\r\n" + gzipped)
+    # no length: fails once the bytes received pass it, the rest never sent
+    chunked = serve(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    b"44c\r\n" + b"y" * 1100 + b"\r\n")
+    settings: dict[str, Any] = {"DOWNLOAD_TIMEOUT": 5, "CRAWLER_MAX_PAGE_BYTES": 250_000}  # a larger page cap
+    meta: dict[str, Any] = {}
+    if where == "setting":
+        settings["DOWNLOAD_MAXSIZE"] = 1000
+    else:
+        meta["download_maxsize"] = 1000
+    h = handler(**settings)
+    results = fetch(h, *(Request(s.url(), meta=meta) for s in (plain, encoded, chunked)))
+    for result in results:
+        assert isinstance(result, DownloadCancelledError), repr(result)
+    assert [("1024" in str(r)) for r in results] == [True, True, False]
+
+
+def test_a_page_cap_under_download_maxsize_still_reads_to_the_cap(serve) -> None:
+    """The page cap is the smaller: read to it and cut, the length notwithstanding."""
+    page = b"<html>" + b"z" * 1018
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1024\r\n\r\n" + page)
+    meta = {"download_maxsize": 1000, "crawler_max_page_bytes": 500}
+    (response,) = fetch(handler(DOWNLOAD_TIMEOUT=5), Request(server.url(), meta=meta))
+    assert response.body == page[:501] and "download_stopped" in response.flags
+    (response,) = fetch(handler(DOWNLOAD_TIMEOUT=5, DOWNLOAD_MAXSIZE=1000, CRAWLER_MAX_PAGE_BYTES=1000),
+                        server.url())  # equal caps: the page cap's rule
+    assert len(response.body) == 1001 and "download_stopped" in response.flags
 
 
 # 19. ports

@@ -19,12 +19,13 @@ import pytest
 import trustme
 from scrapy import Request
 from scrapy.downloadermiddlewares.httpproxy import HttpProxyMiddleware
-from scrapy.exceptions import DownloadConnectionRefusedError, NotSupported
+from scrapy.exceptions import CannotResolveHostError, DownloadConnectionRefusedError, NotSupported
 from scrapy.utils.test import get_crawler
 
 from crawler.fetch import DownloadHandler
-from crawler.fetch._address import PrivateAddressRefused
+from crawler.fetch._address import BadHost, PrivateAddressRefused
 from crawler.fetch._proxy import TunnelError
+from crawler.settings_registry import SettingsError
 from tests.test_fetch_handler import LoopThread, fetch, scrapy_reference, serve  # noqa: F401 - serve: a fixture
 
 CREDENTIALS = b"Basic " + base64.b64encode(b"user:pass")
@@ -34,11 +35,14 @@ OK = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\no
 class ForwardProxy(LoopThread):
     """An HTTP forward proxy on 127.0.0.1 (HTTPS with ``tls``): CONNECT opens a
     tunnel, an absolute URI is fetched from its origin (which must close the
-    connection after its answer). Names ending in .test lead to 127.0.0.1.
+    connection after its answer). Names ending in .test lead to 127.0.0.1, those
+    of ``names`` where it says; others are resolved by the system.
     Logs each request's method, target and headers."""
 
-    def __init__(self, auth: bytes | None = None, tls: trustme.CA | None = None) -> None:
+    def __init__(self, auth: bytes | None = None, tls: trustme.CA | None = None,
+                 names: dict[str, str] | None = None) -> None:
         self.auth = auth
+        self.names = names or {}  # the proxy's own resolver: name -> address
         self.log: list[tuple[bytes, bytes, dict[bytes, bytes]]] = []
         self.context: ssl.SSLContext | None = None
         if tls is not None:
@@ -50,8 +54,9 @@ class ForwardProxy(LoopThread):
         scheme = "https" if self.context else "http"
         return f"{scheme}://{credentials}127.0.0.1:{self.port}"
 
-    @staticmethod
-    def where(host: str) -> str:
+    def where(self, host: str) -> str:
+        if host in self.names:
+            return self.names[host]
         return "127.0.0.1" if host.endswith(".test") else host
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -117,6 +122,7 @@ def proxy() -> Any:
 
 def handler(**settings: Any) -> DownloadHandler:
     base = {"CRAWLER_HOST_MAP": {"*.test": "127.0.0.1", "*.internal": "169.254.169.254"},
+            "CRAWLER_BLOCK_PRIVATE": True,
             "CRAWLER_ALLOW_PRIVATE": ["*.test"]}  # the proxy's 127.0.0.1 is not allowed as a target
     return DownloadHandler(get_crawler(settings_dict={**base, **settings}))
 
@@ -153,10 +159,12 @@ def test_plain_http_through_an_absolute_uri(serve, proxy) -> None:
     assert target.requests[0].startswith(b"GET /page?q=1 HTTP/1.1\r\n")
 
 
+@pytest.mark.parametrize("mode", ["auto", "proxy", "local"])
 @pytest.mark.parametrize("scheme", ["http", "https"])
-def test_the_target_address_is_refused_before_the_proxy_hears_of_it(serve, proxy, scheme: str) -> None:
+def test_the_target_address_is_refused_before_the_proxy_hears_of_it(serve, proxy, scheme: str, mode: str) -> None:
+    """Addresses in the URL and names of CRAWLER_HOST_MAP, in every CRAWLER_PROXY_DNS mode."""
     forward = proxy()  # on loopback, which a target may not be here
-    h = handler()
+    h = handler(CRAWLER_PROXY_DNS=mode)
     results = fetch(h, via(f"{scheme}://169.254.169.254/latest/meta-data/", forward.url()),
                     via(f"{scheme}://metadata.internal/latest/meta-data/", forward.url()),  # a name that leads there
                     via(f"{scheme}://127.0.0.1:{forward.port}/", forward.url()),
@@ -259,3 +267,66 @@ def test_a_proxy_that_is_down_or_hangs_up(serve) -> None:
     assert isinstance(refused, DownloadConnectionRefusedError) and "the proxy 127.0.0.1" in str(refused)
     assert isinstance(closed, TunnelError) and "connection closed" in str(closed), closed
     assert hangs_up.requests[0].startswith(b"CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n")
+
+
+# CRAWLER_PROXY_DNS: who resolves a proxied target's name
+
+ONLY_THE_PROXY_KNOWS = "only-the-proxy-knows.invalid"  # .invalid: never resolved here (RFC 6761)
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+@pytest.mark.parametrize("mode", ["auto", "proxy", "local"])
+def test_a_name_only_the_proxy_can_resolve(serve, proxy, scheme: str, mode: str) -> None:
+    target = serve(OK, tls=trustme.CA() if scheme == "https" else None, close=scheme == "http",
+                   name=ONLY_THE_PROXY_KNOWS)
+    forward = proxy(names={ONLY_THE_PROXY_KNOWS: "127.0.0.1"})
+    url = target.url("/page", host=ONLY_THE_PROXY_KNOWS, scheme=scheme)
+    h = handler(CRAWLER_PROXY_DNS=mode)  # no CRAWLER_HOST_MAP entry for it
+    (result,) = fetch(h, via(url, forward.url()))
+    if mode == "local":
+        assert isinstance(result, CannotResolveHostError), result
+        assert forward.log == []
+        return
+    assert not isinstance(result, Exception), result
+    assert result.status == 200 and result.body == b"ok"
+    sent = f"{ONLY_THE_PROXY_KNOWS}:{target.port}" if scheme == "https" else url
+    assert [(m, t) for m, t, _ in forward.log] == [(b"CONNECT" if scheme == "https" else b"GET", sent.encode())]
+    assert h.crawler.stats.get_value("crawler/proxy/resolved_by_proxy") == 1
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_in_proxy_mode_no_name_is_looked_up_here(serve, proxy, scheme: str) -> None:
+    """``localhost`` resolves here to 127.0.0.1, which the address policy
+    refuses; in ``proxy`` mode that answer is never asked for: the name goes
+    to the proxy, which fetches the page, and the handler's DNS cache never
+    holds an entry."""
+    target = serve(OK, tls=trustme.CA() if scheme == "https" else None, close=scheme == "http",
+                   name="localhost")
+    forward = proxy()
+    url = target.url("/", host="localhost", scheme=scheme)
+    for mode in ("auto", "local"):
+        h = handler(CRAWLER_PROXY_DNS=mode)
+        (refused,) = fetch(h, via(url, forward.url()))
+        assert isinstance(refused, PrivateAddressRefused), refused
+        assert h.crawler.stats.get_value("crawler/dns/cache_size") == 1  # looked up here
+    assert forward.log == []
+    h = handler(CRAWLER_PROXY_DNS="proxy")
+    (response,) = fetch(h, via(url, forward.url()))
+    assert not isinstance(response, Exception), response
+    assert response.status == 200 and response.body == b"ok"
+    assert forward.log[0][1].startswith(b"localhost:" if scheme == "https" else b"http://localhost:")
+    assert h.crawler.stats.get_value("crawler/dns/cache_size") is None  # no lookup here
+    assert h.crawler.stats.get_value("crawler/refused/private_address") is None
+    assert h.crawler.stats.get_value("crawler/proxy/resolved_by_proxy") == 1
+
+
+def test_proxy_mode_still_refuses_what_cannot_be_a_name(proxy) -> None:
+    forward = proxy()
+    (error,) = fetch(handler(CRAWLER_PROXY_DNS="proxy"), via("http://a..b/", forward.url()))
+    assert isinstance(error, BadHost), error
+    assert forward.log == []
+
+
+def test_a_bad_proxy_dns_mode_is_refused() -> None:
+    with pytest.raises(SettingsError, match="CRAWLER_PROXY_DNS"):
+        handler(CRAWLER_PROXY_DNS="remote")

@@ -199,14 +199,27 @@ class Addresses:
             logger.debug("Dropped %s of %s: non-global", ", ".join(map(str, refused)), host)
         return _Entry(expires, permitted, refused)
 
+    def known_here(self, host: str) -> bool:
+        """Whether ``host``'s addresses come from the URL (an IP address) or
+        ``CRAWLER_HOST_MAP``: found without asking any DNS server."""
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+            return True
+        except ValueError:
+            return self.host_map.lookup_all(host) is not None
+
+    def check_name(self, host: str) -> None:
+        """:class:`BadHost` if ``host`` cannot be a host name."""
+        if problem := host_problem(host):
+            self.stats.inc_value("crawler/refused/bad_host")
+            raise BadHost(f"{host[:100]!r} is not a host name: {problem}")
+
     async def _lookup(self, host: str) -> tuple[Address, ...]:
         try:
             return (ipaddress.ip_address(host.strip("[]")),)
         except ValueError:
             pass
-        if problem := host_problem(host):
-            self.stats.inc_value("crawler/refused/bad_host")
-            raise BadHost(f"{host[:100]!r} is not a host name: {problem}")
+        self.check_name(host)
         mapped = self.host_map.lookup_all(host)
         if mapped is not None:
             return tuple(ipaddress.ip_address(a) for a in mapped)

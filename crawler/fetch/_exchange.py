@@ -285,7 +285,8 @@ class Exchange:
         if self.decoder is None and len(data) > room:
             data = data[:room]  # past the cap: never counted against DOWNLOAD_MAXSIZE
         self.received += len(data)
-        if self.maxsize and self.received > self.maxsize:
+        # undecoded, received is kept: over the cap below (the byte marking a cut is no failure)
+        if self.decoder is not None and self.maxsize and self.received > self.maxsize:
             self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes)"))
             return
         if self.decoder is not None:
@@ -301,7 +302,8 @@ class Exchange:
             self.kept += len(data)
         if self.kept > self.cap:
             if self.cap < self.limit:
-                self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes) once decoded"))
+                decoded = " once decoded" if self.decoder is not None else ""
+                self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes){decoded}"))
                 return
             self.cut = True
             self.finish()

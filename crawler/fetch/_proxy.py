@@ -5,7 +5,9 @@ target gets a CONNECT tunnel (:class:`Tunnel`), then TLS with the target
 inside it. ``Proxy-Authorization``, as Scrapy's ``HttpProxyMiddleware`` sets
 it, goes to the proxy: on the CONNECT request for a tunnel (and not inside
 it), on the request itself otherwise. An ``https://`` proxy is reached over
-TLS, for either kind of target.
+TLS, for either kind of target. Both carry the target's name as written in
+the URL, so a proxy can resolve what the crawler does not
+(``CRAWLER_PROXY_DNS``, :meth:`crawler.fetch.handler.DownloadHandler.check_proxied`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,13 @@ What it does differently from Scrapy's Twisted handler:
   for the retry middleware, never a silent second send.
 - Requests with a ``proxy`` in their meta take the same path
   (:mod:`crawler.fetch._proxy`): the target's address is checked before
-  anything is sent to the proxy, and the same caps apply.
+  anything is sent to the proxy, and the same caps apply. Whether its name
+  is resolved here or by the proxy is ``CRAWLER_PROXY_DNS``'s choice
+  (:meth:`DownloadHandler.check_proxied`).
+- Of the page cap and ``DOWNLOAD_MAXSIZE`` (or ``meta["download_maxsize"]``),
+  the smaller acts as soon as the length is known: a ``Content-Length`` over
+  a smaller ``DOWNLOAD_MAXSIZE`` is cancelled at the headers, as in Scrapy; a
+  longer page under a smaller page cap is read to the cap.
 - A request's own ``Accept-Encoding`` is sent as it is; the value Scrapy's
   ``HttpCompressionMiddleware`` puts in, or none, becomes the codings
   decoded here.
@@ -45,6 +51,7 @@ from OpenSSL import SSL
 from scrapy import signals
 from scrapy.core.downloader.handlers.base import BaseDownloadHandler
 from scrapy.exceptions import (
+    CannotResolveHostError,
     DownloadConnectionRefusedError,
     DownloadFailedError,
     DownloadTimeoutError,
@@ -121,6 +128,7 @@ class DownloadHandler(BaseDownloadHandler):
         self.bind = _bind_address(settings.get("DOWNLOAD_BIND_ADDRESS"))
         self.accept_encoding = accepted()
         self.addresses = Addresses(settings, crawler.stats)
+        self.proxy_dns = setting(settings, "CRAWLER_PROXY_DNS")  # who resolves a proxied target's name
         self.tls = TLS(settings)
         self.idle: dict[Key, list[Connection]] = {}
         self.lru: OrderedDict[Connection, Key] = OrderedDict()  # every idle connection, oldest first
@@ -170,13 +178,13 @@ class DownloadHandler(BaseDownloadHandler):
             if connection is None:
                 connection = await self.connect(target, await self.resolve(host), key[3])
         else:
-            await self.resolve(host)  # the target is refused before the proxy hears of it
+            await self.check_proxied(host)  # the target is refused before the proxy hears of it
             connection = self.pooled(key)
             if connection is None:
                 connection = await self.connect_proxy(target, proxy, key[3])
-        # a request's own cap (robots.txt has one) holds even without the size-cap middleware
+        # a request's own cap (robots.txt has one) holds even without the size-cap middleware; 0: none
         exchange = Exchange(lambda e: self.head_received(request, start, e),
-                            page_limit(request.meta, self.page_bytes or 1 << 62),
+                            page_limit(request.meta, self.page_bytes) or 1 << 62,
                             int(request.meta.get("download_maxsize", self.maxsize)), self.max_head,
                             head_only=request.method == "HEAD", raw=self.keep_raw)
         connection.send(self.serialize(request, url, target, proxy), exchange)
@@ -186,6 +194,8 @@ class DownloadHandler(BaseDownloadHandler):
             connection.abort()
             if isinstance(e, HeadTooLarge):
                 self.stats.inc_value("crawler/refused/header_size")
+            elif isinstance(e, TooLarge):
+                logger.warning("%s in request %s.", e, request)  # as Scrapy's handler warns
             raise
         finally:
             connection.exchange = None
@@ -207,6 +217,25 @@ class DownloadHandler(BaseDownloadHandler):
 
     async def resolve(self, host: str) -> list[Address]:
         return list(await self.addresses.resolve_all(host))
+
+    async def check_proxied(self, host: str) -> None:
+        """The address policy for a target reached through a proxy, as
+        ``CRAWLER_PROXY_DNS`` says: an address in the URL or a name of
+        ``CRAWLER_HOST_MAP`` is always checked here; another name is looked up
+        here (``local``), never (``proxy``: the proxy resolves it), or here
+        unless that fails (``auto``)."""
+        if self.proxy_dns == "local" or self.addresses.known_here(host):
+            await self.resolve(host)
+            return
+        if self.proxy_dns == "proxy":
+            self.addresses.check_name(host)
+        else:
+            try:
+                await self.resolve(host)
+                return
+            except CannotResolveHostError as e:
+                logger.debug("Left %s to the proxy to resolve: %s", host, e)
+        self.stats.inc_value("crawler/proxy/resolved_by_proxy")
 
     def serialize(self, request: Request, url: ParseResult, target: tuple[str, str, int],
                   proxy: Proxy | None) -> bytes:
@@ -346,10 +375,12 @@ class DownloadHandler(BaseDownloadHandler):
         request.meta["download_latency"] = time.monotonic() - start
         headers = exchange.scrapy_headers = Headers(exchange.headers)
         expected = exchange.length if exchange.length >= 0 and not exchange.chunked else None
-        # with a page cap the page is read to the cap, whatever its length says
-        if expected and exchange.maxsize and expected > exchange.maxsize and not self.page_bytes:
-            exchange.fail(TooLarge(
-                f"Content-Length {expected} over DOWNLOAD_MAXSIZE ({exchange.maxsize}) for {request.url}"))
+        # the smaller cap acts once the length is known: DOWNLOAD_MAXSIZE (or meta download_maxsize)
+        # under the page cap fails here, as in Scrapy; a page cap as small or smaller reads to the cap
+        if expected is not None and exchange.cap < exchange.limit and expected > exchange.maxsize:
+            where = "meta download_maxsize" if "download_maxsize" in request.meta else "DOWNLOAD_MAXSIZE"
+            exchange.fail(TooLarge(f"Expected to receive {expected} bytes which is larger than download max "
+                                   f"size ({exchange.maxsize}, {where})"))
             return False
         exchange.stop = self.signal(signals.headers_received, request, headers=headers, body_length=expected)
         return exchange.stop is None

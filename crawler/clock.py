@@ -4,7 +4,7 @@ instead of sleeping.
 Every component of the frontier scheduler that measures time takes a
 :class:`Clock` (``clock=`` in its constructor, :data:`SYSTEM` by default):
 
-- :class:`~crawler.scheduler.frontier.Frontier`: the Lua scripts' ``now_ms()``
+- :class:`~crawler.store.frontier.Frontier`: the Lua scripts' ``now_ms()``
   (``lua/_lib.lua``), the acknowledgements' ages (``Ack.wire``), the epoch's
   last look, ``status()``;
 - the scheduler's parts: ``Intake`` (dequeue pacing, idle close), ``Marks``

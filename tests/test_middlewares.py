@@ -14,8 +14,8 @@ from scrapy.settings import Settings
 
 from crawler.middlewares.backoff import parse_retry_after
 from crawler.middlewares.useragent import product_token, user_agent
-from crawler.scheduler.frontier import Frontier
-from crawler.scheduler._redis import Keys
+from crawler.store import Frontier
+from crawler.store import Keys
 from tests.servers import ROOT, run_scrapy, scrapy_env
 from tests.test_scheduler import crawl_cmd, page_fetches, start
 

@@ -1,4 +1,4 @@
-"""Redis losing the frontier mid-crawl is detected (``crawler/scheduler/_outage.py``):
+"""Redis losing the frontier mid-crawl is detected (``crawler/store/epoch.py``, ``crawler/worker/_outage.py``):
 a flush, a restart without persistence, a restart from an older snapshot; and
 a Redis that saves nothing gets one warning at start. Real redis-server
 processes without persistence, real crawls of the test web."""
@@ -21,9 +21,11 @@ import redis
 from scrapy.utils.test import get_crawler
 
 from crawler.connection import persistence_warning
-from crawler.scheduler._outage import REPLACED, REWOUND, SEQ_MARGIN, VANISHED, FrontierLost, on_loss_policy
-from crawler.scheduler.frontier import Frontier, Item, Politeness
-from crawler.scheduler._redis import Keys
+from crawler.store import REPLACED, REWOUND, VANISHED, FrontierLost
+from crawler.worker._outage import SEQ_MARGIN
+from crawler.worker.config import on_loss_policy
+from crawler.store import Frontier, Item, Politeness
+from crawler.store import Keys
 from crawler.settings_registry import SettingsError
 from tests.servers import ROOT, RedisServer, scrapy_env
 
@@ -117,10 +119,10 @@ def test_a_durable_restart_is_not_a_loss(tmp_path: Path) -> None:
 
 
 def test_the_policy_setting_is_checked() -> None:
-    assert on_loss_policy(get_crawler(settings_dict={})) == "stop"
-    assert on_loss_policy(get_crawler(settings_dict={"CRAWLER_ON_FRONTIER_LOSS": "continue"})) == "continue"
+    assert on_loss_policy(get_crawler(settings_dict={}).settings) == "stop"
+    assert on_loss_policy(get_crawler(settings_dict={"CRAWLER_ON_FRONTIER_LOSS": "continue"}).settings) == "continue"
     with pytest.raises(SettingsError, match="CRAWLER_ON_FRONTIER_LOSS"):
-        on_loss_policy(get_crawler(settings_dict={"CRAWLER_ON_FRONTIER_LOSS": "ignore"}))
+        on_loss_policy(get_crawler(settings_dict={"CRAWLER_ON_FRONTIER_LOSS": "ignore"}).settings)
 
 
 # --- the persistence warning -----------------------------------------------------

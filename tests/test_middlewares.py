@@ -269,7 +269,7 @@ def test_parse_errors_are_dead_letters_and_the_dlq_command(redis_url: str, make_
     assert json.loads(dlq("--reason", "parse_error", "--requeue", "--json").stdout)["requeued"] == len(listed)
     client = redis.Redis.from_url(redis_url)
     assert int(client.hget("crawler:{failing:0}:stats", "queued")) == len(listed)
-    assert json.loads(dlq("--purge", "--json").stdout)["purged"] == counts["http_404"]
+    assert json.loads(dlq("--purge", "--all", "--json").stdout)["purged"] == counts["http_404"]
     assert json.loads(dlq("--counts", "--json").stdout) == {}
     bad = dlq("--limit", "-3")
     assert bad.returncode != 0 and "--limit must be >= 0" in bad.stderr and "Traceback" not in bad.stderr

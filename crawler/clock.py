@@ -1,35 +1,59 @@
-"""The clock the frontier's components read, so that tests can drive time
-instead of sleeping.
+"""The crawl's one clock, so that tests can drive time instead of sleeping.
 
-Every component of the frontier scheduler that measures time takes a
-:class:`Clock` (``clock=`` in its constructor, :data:`SYSTEM` by default):
+**Who reads it.** Every component that measures time takes the crawl's
+:class:`Clock` from :func:`clock_of` (built once per crawler from
+``CRAWLER_CLOCK`` and kept on the crawler, so the scheduler, the middlewares
+and the extensions share one instance), or a ``clock=`` argument
+(:data:`SYSTEM` by default) where it has no crawler:
 
-- :class:`~crawler.store.frontier.Frontier`: the Lua scripts' ``now_ms()``
-  (``lua/_lib.lua``), the acknowledgements' ages (``Ack.wire``), the epoch's
-  last look, ``status()``;
-- the scheduler's parts: ``Intake`` (dequeue pacing, idle close), ``Marks``
-  (when responses began and ended), ``RedisGuard`` (reconnect backoff),
-  ``LossWatch`` (the epoch check every ``CHECK_EVERY`` s), ``WriteBuffer``
-  (the acknowledgement interval, the out-of-memory log), ``Inbox`` (the drain
-  pace), ``EngineWaker`` and the scheduler's tick (timers).
+- the frontier (``crawler/store``): the Lua scripts' ``now_ms()``
+  (``lua/_lib.lua``), the acknowledgements' ages, the epoch's last look;
+- the worker session (``crawler/worker``): dequeue pacing and the idle close,
+  when responses began and ended, the reconnect backoff, the epoch check, the
+  acknowledgement interval, the drain pace, and the scheduler's tick (timers);
+- the middlewares: robots.txt (the process's cache lifetime, the wait for
+  another process's fetch, fetch marks), backoff (a ``Retry-After`` date's
+  distance), the domain lock (the refresh of the live lock-domain set);
+- the extensions: WARC (low-space pause length; the writer's time blocked on
+  a full queue, ``WarcWriter(clock=)``; record dates), concurrency (the
+  adjustment interval and its lateness, its timer), loop lag (the probe's
+  lateness and its timer), progress (the rate and its timer);
+- the billion spider's per-page budget of robots.txt checks.
 
-A clock gives three things: ``monotonic()`` (seconds, this process),
-``server_time(client)`` (what Redis ``TIME`` answers: seconds and
-microseconds) and ``timers``, the ``IReactorTime`` that runs delayed calls
-(``callLater``, ``LoopingCall.clock``). :data:`SYSTEM` is
-``time.monotonic``, Redis' own ``TIME`` and Twisted's reactor. A test uses a
-:class:`ManualClock`, which moves only with :meth:`ManualClock.advance` and
-shows the same time to the Lua scripts through one Redis key.
+**The rule.** What *measures* time reads the clock: durations, lifetimes,
+deadlines, rates, lateness (``monotonic()``), and what is scheduled
+(``timers``). A wall-clock date compared with another date (a
+``Retry-After`` date) or written down for people and archives (WARC-Date)
+reads :meth:`Clock.time`, the clock's wall-clock face, so a test sees dates
+that agree with its clock. Two measurements stay on the real clocks, on
+purpose: CPU time (``time.thread_time``/``process_time``, the concurrency
+controller's CPU shares: the process's own work, not time passing) and the
+length of a garbage-collector pause (``gcpauses.py``: ``time.perf_counter``
+between the collector's own start and stop callbacks, inside which no code
+can move a clock, so on a :class:`ManualClock` every pause would read 0).
+Names of files (``time.strftime`` stamps of WARC files, log lines) are not
+measurements either and keep the system's time.
+
+**What a clock gives.** ``monotonic()`` (seconds, this process), ``time()``
+(wall-clock seconds since the epoch), ``server_time(client)`` (what Redis
+``TIME`` answers: seconds and microseconds) and ``timers``, the
+``IReactorTime`` that runs delayed calls (``callLater``,
+``LoopingCall.clock``). :data:`SYSTEM` is ``time.monotonic``, ``time.time``,
+Redis' own ``TIME`` and Twisted's reactor. A test uses a
+:class:`ManualClock`, which moves only with :meth:`ManualClock.advance`,
+shows one value as all of ``monotonic()``, ``time()`` and the server's time,
+and shows it to the Lua scripts through one Redis key.
 
 What stays on Redis' own clock, whatever the clock: key expiry (``PX``/
 ``PTTL``: domain locks and their fetch claims, robots.txt records, the
 dequeue replies kept for a retry, the metrics exporter's token). A test on a
-:class:`ManualClock` that needs one of those to expire waits for it, or
-deletes the key.
+:class:`ManualClock` that needs one of those to expire waits for it (with
+``tests/servers.py`` ``wait_until``), or deletes the key.
 
-The scheduler takes its clock from ``CRAWLER_CLOCK`` (an import path of a
-:class:`Clock`, or of a callable returning one; unset: :data:`SYSTEM`), for
-tests and simulations only.
+``CRAWLER_CLOCK`` (an import path of a :class:`Clock`, or of a callable
+returning one; unset: :data:`SYSTEM`) is for tests and simulations only. A
+test that builds components on a crawler itself gives them its clock with
+:func:`use_clock` before they are made.
 """
 
 from __future__ import annotations
@@ -40,15 +64,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import redis
+    from scrapy.crawler import Crawler
     from twisted.internet.interfaces import IReactorTime
 
-__all__ = ["SYSTEM", "Clock", "ManualClock", "check_path", "from_path"]
+__all__ = ["SYSTEM", "Clock", "ManualClock", "check_path", "clock_of", "from_path", "use_clock"]
 
 _SAFE_KEY = re.compile(r"[A-Za-z0-9_:.{}\-]+")
 
 
 class Clock:
-    """The system's clock: ``time.monotonic()``, Redis ``TIME``, the reactor."""
+    """The system's clock: ``time.monotonic()``, ``time.time()``, Redis ``TIME``, the reactor."""
 
     #: the Redis key the Lua scripts read the time from (ms); None: Redis ``TIME``
     script_key: str | None = None
@@ -56,6 +81,11 @@ class Clock:
     def monotonic(self) -> float:
         """Seconds on this process's monotonic clock."""
         return time.monotonic()
+
+    def time(self) -> float:
+        """Wall-clock seconds since the epoch: for dates (compared with
+        another date, or written down), never for a duration."""
+        return time.time()
 
     def server_time(self, client: redis.Redis) -> tuple[int, int]:
         """The frontier's clock as Redis ``TIME`` gives it: (seconds, microseconds)."""
@@ -84,7 +114,7 @@ SYSTEM = Clock()
 class ManualClock(Clock):
     """A clock that stands still until :meth:`advance` moves it.
 
-    ``monotonic()`` and the server's time are one value, ``start`` seconds
+    ``monotonic()``, ``time()`` and the server's time are one value, ``start`` seconds
     plus every advance; kept in whole nanoseconds, so moves by binary
     fractions (0.25, 0.125) add up exactly. The Lua scripts read it from the
     Redis key ``key``, which the clock writes (in ms) on ``client`` when made
@@ -113,6 +143,11 @@ class ManualClock(Clock):
         self._write()
 
     def monotonic(self) -> float:
+        return self._ns / 1e9
+
+    def time(self) -> float:
+        """The same value as :meth:`monotonic`: one time for everything (give
+        ``start`` a date, e.g. ``time.time()``, for dates that look real)."""
         return self._ns / 1e9
 
     def server_time(self, client: redis.Redis | None = None) -> tuple[int, int]:
@@ -163,6 +198,37 @@ def from_path(path: str | None) -> Clock:
     clock = found if isinstance(found, Clock) else found()
     if not isinstance(clock, Clock):
         raise ValueError(f"{path!r} returned {clock!r}, not a crawler.clock.Clock")  # noqa: TRY004
+    return clock
+
+
+_ATTRIBUTE = "_crawler_clock"  # where clock_of keeps a crawler's clock
+
+
+def clock_of(crawler: Crawler) -> Clock:
+    """The crawl's clock: made from ``CRAWLER_CLOCK`` on the first call and
+    kept on ``crawler``, so that every component of one crawl reads the same
+    instance (a callable path is called once). A bad path is a
+    ``SettingsError``."""
+    clock = crawler.__dict__.get(_ATTRIBUTE)
+    if clock is None:
+        from crawler.settings_registry import SettingsError, setting
+
+        try:
+            clock = from_path(setting(crawler.settings, "CRAWLER_CLOCK"))
+        except ValueError as exc:
+            raise SettingsError(f"CRAWLER_CLOCK {exc}") from None
+        setattr(crawler, _ATTRIBUTE, clock)
+    return clock
+
+
+def use_clock(crawler: Crawler, clock: Clock) -> Clock:
+    """Make ``clock`` the crawl's clock (a test's :class:`ManualClock`),
+    before any component has asked for one; ``ValueError`` if the crawl
+    already reads another clock (two clocks in one crawl disagree)."""
+    current = crawler.__dict__.get(_ATTRIBUTE)
+    if current is not None and current is not clock:
+        raise ValueError(f"the crawl already reads {current!r}, not {clock!r}")
+    setattr(crawler, _ATTRIBUTE, clock)
     return clock
 
 

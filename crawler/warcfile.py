@@ -43,7 +43,6 @@ import os
 import queue
 import struct
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -52,6 +51,8 @@ from pathlib import Path
 from typing import IO
 
 from isal import isal_zlib
+
+from crawler.clock import SYSTEM, Clock
 
 logger = logging.getLogger(__name__)
 
@@ -152,10 +153,11 @@ def _base32(digest: bytes) -> str:
 _EMPTY_SHA1 = "sha1:" + base64.b32encode(hashlib.sha1(b"").digest()).decode()
 
 
-def page_records(page: Page) -> list[list[bytes]]:
-    """The request and response records of ``page``, each as a list of parts."""
+def page_records(page: Page, clock: Clock = SYSTEM) -> list[list[bytes]]:
+    """The request and response records of ``page``, each as a list of
+    parts; dated ``page.date``, else now on ``clock`` (its wall-clock face)."""
     # "2026-12-04T15:21:05.702256Z": isoformat is half strftime's cost
-    date = datetime.fromtimestamp(page.date or time.time(), timezone.utc).isoformat(
+    date = datetime.fromtimestamp(page.date or clock.time(), timezone.utc).isoformat(
         timespec="microseconds")[:-6] + "Z"
     parts = page.url.split("/", 3)
     target = "/" + (parts[3] if len(parts) > 3 else "")
@@ -200,8 +202,9 @@ def page_records(page: Page) -> list[list[bytes]]:
     return [request, response]
 
 
-def warcinfo_record(filename: str, fields: dict[str, str]) -> list[bytes]:
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def warcinfo_record(filename: str, fields: dict[str, str], clock: Clock = SYSTEM) -> list[bytes]:
+    """A warcinfo record, dated now on ``clock`` (its wall-clock face)."""
+    date = datetime.fromtimestamp(clock.time(), timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     body = "".join(f"{k}: {v}\r\n" for k, v in fields.items()).encode()
     head = _warc_headers("warcinfo", "", date, "application/warc-fields", len(body),
                          [("WARC-Filename", filename), ("WARC-Block-Digest", _sha1(body))])
@@ -239,10 +242,10 @@ def arrived_compressed(page: Page) -> bool:
     return page.raw_head is not None and 0 < len(page.raw_body) < len(page.body) * _COMPRESSED
 
 
-def page_members(page: Page, level: int) -> list[bytes | memoryview]:
+def page_members(page: Page, level: int, clock: Clock = SYSTEM) -> list[bytes | memoryview]:
     """``page``'s request and response records, each a gzip member, as the
     pieces of one write."""
-    request, response = page_records(page)
+    request, response = page_records(page, clock)
     if arrived_compressed(page):
         return [gzip_member(request, level), *gzip_member_stored(response[:2], response[2], response[3], level)]
     return [gzip_member(request, level), gzip_member(response, level)]
@@ -267,13 +270,14 @@ class WarcWriter:
 
     def __init__(self, name_file: Callable[[int], Path], *, level: int = 1,
                  max_bytes: int = 1_000_000_000, max_queued: int = 256,
-                 on_file: Callable[[Path], None] | None = None) -> None:
+                 on_file: Callable[[Path], None] | None = None, clock: Clock = SYSTEM) -> None:
         if not 0 <= level <= 3:
             raise ValueError(f"WARC compression level must be 0..3 (ISA-L), got {level}")
         self.name_file = name_file
         self.level = level
         self.max_bytes = max_bytes
         self.on_file = on_file
+        self.clock = clock  # blocked time (monotonic) and the records' dates (time), crawler/clock.py
         self.queue: queue.Queue[Page | None] = queue.Queue(maxsize=max(max_queued, 1))
         self.file: IO[bytes] | None = None
         self.size = 0  # bytes written to the current file
@@ -281,7 +285,8 @@ class WarcWriter:
         self.path: Path | None = None  # the file being written
         self.queued = 0  # pages put
         self.written = 0  # pages whose records are all in a file, in order
-        self.blocked = 0.0  # seconds put() waited for room
+        self.blocked = 0.0  # seconds put() waited for room, on the clock
+        self.waiting = 0  # put() calls waiting for room now
         self.error: BaseException | None = None
         self._closed = False
         self._thread: threading.Thread | None = None  # None: written by put() itself
@@ -309,9 +314,13 @@ class WarcWriter:
         try:
             self.queue.put_nowait(page)
         except queue.Full:
-            start = time.monotonic()
-            self.queue.put(page)
-            self.blocked += time.monotonic() - start
+            start = self.clock.monotonic()
+            self.waiting += 1
+            try:
+                self.queue.put(page)
+            finally:
+                self.waiting -= 1
+            self.blocked += self.clock.monotonic() - start
         return self.queued
 
     def flush(self) -> None:
@@ -368,10 +377,10 @@ class WarcWriter:
                 self.file = open(self.path, "xb", buffering=0)  # a member reaches the OS whole
                 self.size = 0
                 self._put(gzip_member(warcinfo_record(self.path.name, {
-                    "software": "polite-crawler", "format": "WARC File Format 1.1"}), self.level))
+                    "software": "polite-crawler", "format": "WARC File Format 1.1"}, self.clock), self.level))
                 if self.on_file is not None:
                     self.on_file(self.path)
-            self._put(*page_members(page, self.level))
+            self._put(*page_members(page, self.level, self.clock))
         except BaseException:
             self._cut(whole)
             raise

@@ -18,7 +18,7 @@ from crawler.links import LinkExtractor
 from crawler.identity import domain_of
 from crawler.seeds import parse_seeds
 from crawler.sharding import shard_of
-from tests.servers import ROOT, RedisServer, run_scrapy, scrapy_env
+from tests.servers import ROOT, RedisServer, run_scrapy, scrapy_env, wait_until
 
 QUIET = dict(links=6, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2, crawl_delay_share=0)
 
@@ -166,9 +166,8 @@ def test_domain_budget_and_exclusions(redis_url: str, make_web, tmp_path: Path) 
             "CRAWLER_DOMAIN_BUDGET=25", f"CRAWLER_EXCLUDE_FILE={exclude}", "CRAWLER_DOMAIN_DELAY=0.05"))],
         cwd=ROOT, env=env(redis_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     client = redis.Redis.from_url(redis_url)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and sum(e.domain == "d2.test" for e in web.log()) < 3:
-        time.sleep(0.02)
+    wait_until(lambda: sum(e.domain == "d2.test" for e in web.log()) >= 3 or proc.poll() is not None, 30,
+               "3 requests to d2.test")
     client.sadd("crawler:{billion:0}:excluded", "d2.test")  # a site owner joins the list, live
     excluded_at = time.time() * 1000
     out, err = proc.communicate(timeout=120)

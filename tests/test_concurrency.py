@@ -236,3 +236,85 @@ def test_concurrent_requests_keeps_scrapys_meaning() -> None:
     assert user_cap(get_crawler(settings_dict={"CONCURRENT_REQUESTS": 40})) == 40
     assert user_cap(get_crawler(settings_dict={"CONCURRENT_REQUESTS": 0})) is None  # "no limit": the due domains
     assert user_cap(get_crawler(settings_dict={"CONCURRENT_REQUESTS": 0, "CRAWLER_CONCURRENCY_MAX": 300})) == 300
+
+
+# --- on the crawl's one clock (crawler/clock.py) ------------------------------
+
+
+def test_every_component_reads_the_crawls_one_clock(redis_url: str) -> None:
+    from crawler.clock import ManualClock, clock_of
+    from crawler.extensions.concurrency import ConcurrencyController
+    from crawler.extensions.looplag import LoopLagProbe
+    from crawler.extensions.progress import Progress
+    from crawler.extensions.warc import WarcExtension
+    from crawler.middlewares.backoff import BackoffMiddleware
+    from crawler.middlewares.lock import DomainLockMiddleware
+    from crawler.middlewares.robots import SharedRobotsMiddleware
+    from tests.servers import crawler_for
+
+    crawler = crawler_for(redis_url, CRAWLER_CLOCK="crawler.clock:ManualClock", ROBOTSTXT_OBEY=True,
+                          SCHEDULER="crawler.scheduler.FrontierScheduler", CRAWLER_WARC_DIR="/nonexistent",
+                          CRAWLER_PROGRESS_INTERVAL=1)
+    clock = clock_of(crawler)
+    assert isinstance(clock, ManualClock) and clock_of(crawler) is clock  # a callable, called once
+    made = [cls(crawler) for cls in (SharedRobotsMiddleware, BackoffMiddleware, DomainLockMiddleware,
+                                     WarcExtension, ConcurrencyController, LoopLagProbe, Progress)]
+    assert all(component.clock is clock for component in made)
+
+
+def manual(redis_url: str, **settings: object):
+    from crawler.clock import ManualClock, use_clock
+    from tests.servers import crawler_for
+
+    crawler = crawler_for(redis_url, **settings)
+    return crawler, use_clock(crawler, ManualClock())
+
+
+def test_the_loop_probe_measures_lateness_on_the_crawls_clock(redis_url: str) -> None:
+    from crawler.extensions.looplag import LoopLagProbe
+
+    crawler, clock = manual(redis_url, CRAWLER_LOOP_PROBE_INTERVAL=0.125)
+    probe = LoopLagProbe(crawler)
+    probe.spider_opened()
+    clock.advance(0.125)  # on time
+    assert crawler.stats.get_value("crawler/loop/lag_ms") == 0
+    clock.advance(0.375)  # the next tick ran 0.25 s late: the loop was busy
+    assert crawler.stats.get_value("crawler/loop/lag_ms") == 250
+    assert crawler.stats.get_value("crawler/loop/lag_max_ms") == 250
+    assert crawler.stats.get_value("crawler/loop/stalls") == 1
+    assert probe.worst_since() == 250 and probe.worst_since() == 0
+    probe.spider_closed()
+    clock.advance(1)
+    assert crawler.stats.get_value("crawler/loop/lag_ms") == 250  # no tick after the close (it would be 875)
+
+
+def test_adjustments_run_and_measure_on_the_crawls_clock(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    from crawler.extensions.concurrency import ConcurrencyController
+
+    crawler, clock = manual(redis_url, CRAWLER_CONCURRENCY_INTERVAL=1)
+    controller = ConcurrencyController(crawler)
+    with caplog.at_level("DEBUG", logger="crawler.extensions.concurrency"):
+        controller.spider_opened()
+        assert crawler.stats.get_value("crawler/concurrency/adjustments") == 1
+        clock.advance(0.999)
+        assert crawler.stats.get_value("crawler/concurrency/adjustments") == 1
+        clock.advance(0.501)  # due 0.001 s after the last move: run 0.5 s late
+        assert crawler.stats.get_value("crawler/concurrency/adjustments") == 2
+    controller.spider_closed()
+    lags = [float(m.group(1)) for m in re.finditer(r"lag (\d+) ms", caplog.text)]
+    assert lags == [0, 500], caplog.text
+
+
+def test_progress_rates_are_read_on_the_crawls_clock(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    from crawler.extensions.progress import Progress
+
+    crawler, clock = manual(redis_url, CRAWLER_PROGRESS_INTERVAL=2)
+    progress = Progress(crawler)
+    with caplog.at_level("INFO", logger="crawler.extensions.progress"):
+        progress.spider_opened()
+        crawler.stats.set_value("response_received_count", 10)
+        clock.advance(1.999)
+        assert "pages=" not in caplog.text
+        clock.advance(0.001)
+        assert "pages=10 (5.0/s)" in caplog.text, caplog.text
+    progress.loop.stop()

@@ -25,6 +25,7 @@ from scrapy import Request
 from scrapy.settings import Settings
 from scrapy.utils.test import get_crawler
 
+from crawler.clock import SYSTEM, Clock, ManualClock
 from crawler.fetch import DownloadHandler, _openssl
 from crawler.fetch._address import Addresses, BadHost, PrivateAddressRefused, host_problem, is_public
 from crawler.fetch._tls import TLS, TLSProtocol
@@ -412,11 +413,12 @@ def test_a_host_taken_as_a_name_can_be_encoded(host: str) -> None:
         assert 0 < len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split(b"."))
 
 
-def addresses(**settings: Any) -> Addresses:
-    """The address policy as billion has it (refusing), unless ``settings`` say otherwise."""
+def addresses(clock: Clock = SYSTEM, **settings: Any) -> Addresses:
+    """The address policy as billion has it (refusing), unless ``settings``
+    say otherwise; its cache lifetimes measured on ``clock``."""
     crawler = get_crawler(settings_dict={"CRAWLER_BLOCK_PRIVATE": True, **settings})
     crawler.stats.open_spider()
-    return Addresses(crawler.settings, crawler.stats)
+    return Addresses(crawler.settings, crawler.stats, clock)
 
 
 def test_bad_hosts_are_refused_before_any_lookup() -> None:
@@ -502,20 +504,21 @@ def test_handler_reaches_a_name_whose_first_address_refuses() -> None:
 
 
 def test_cached_answers_expire_per_entry() -> None:
-    a = addresses(CRAWLER_HOST_MAP={"a.test": "127.0.0.1", "b.test": "127.0.0.1"},
+    clock = ManualClock()
+    a = addresses(clock, CRAWLER_HOST_MAP={"a.test": "127.0.0.1", "b.test": "127.0.0.1"},
                   CRAWLER_ALLOW_PRIVATE=["127.0.0.0/8"])
     a.ttl = 0.4
 
     async def main() -> list[list[Any]]:
         seen = [await a.resolve_all("a.test")]
-        await asyncio.sleep(0.25)
+        clock.advance(0.25)
         seen.append(await a.resolve_all("b.test"))
         # the names move (as DNS answers do); the cache keeps what it was told until each entry expires
         a.host_map = HostMap(parse_host_map({"a.test": "127.0.0.7", "b.test": "127.0.0.8"}))
         seen += [await a.resolve_all("a.test"), await a.resolve_all("b.test")]
-        await asyncio.sleep(0.25)  # a.test's entry is 0.5 s old, b.test's 0.25 s
+        clock.advance(0.25)  # a.test's entry is 0.5 s old, b.test's 0.25 s
         seen += [await a.resolve_all("a.test"), await a.resolve_all("b.test")]
-        await asyncio.sleep(0.25)
+        clock.advance(0.25)
         seen.append(await a.resolve_all("b.test"))
         return seen
 
@@ -527,13 +530,14 @@ def test_cached_answers_expire_per_entry() -> None:
 
 def test_an_expired_answer_is_checked_again() -> None:
     """A name that moves to the metadata address is refused once its old answer expires."""
-    a = addresses(CRAWLER_HOST_MAP={"rebind.test": "127.0.0.1"}, CRAWLER_ALLOW_PRIVATE=["127.0.0.0/8"])
+    clock = ManualClock()
+    a = addresses(clock, CRAWLER_HOST_MAP={"rebind.test": "127.0.0.1"}, CRAWLER_ALLOW_PRIVATE=["127.0.0.0/8"])
     a.ttl = 0.1
 
     async def main() -> Any:
         await a.resolve_all("rebind.test")
         a.host_map = HostMap(parse_host_map({"rebind.test": "169.254.169.254"}))
-        await asyncio.sleep(0.15)
+        clock.advance(0.15)
         return await a.resolve_all("rebind.test")
 
     with pytest.raises(PrivateAddressRefused, match="169.254.169.254"):

@@ -57,13 +57,15 @@ def test_install_line_then_scrapy_redis_examples_on_the_addon(redis_url: str, ma
     install = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-compile", "-q", str(ROOT)],
                              capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr[-3000:]
-    # what installs is the runtime: no test web, no demo, no `*.test` host map
+    # what installs is the runtime: no test web, no demo, no `*.test` host map, no
+    # test-only package (trustme, warcio: the `test` extra); the crawls below run without them
     probe = subprocess.run(
         [str(venv / "bin" / "python"), "-c",
          "import importlib.util as u, crawler.settings as s; "
-         "print(u.find_spec('devkit'), u.find_spec('crawler.testweb'), hasattr(s, 'CRAWLER_HOST_MAP'))"],
+         "print(u.find_spec('devkit'), u.find_spec('crawler.testweb'), hasattr(s, 'CRAWLER_HOST_MAP'), "
+         "u.find_spec('trustme'), u.find_spec('warcio'))"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert probe.stdout.split() == ["None", "None", "False"], probe.stdout + probe.stderr
+    assert probe.stdout.split() == ["None", "None", "False", "None", "None"], probe.stdout + probe.stderr
     scrapy = str(venv / "bin" / "scrapy")
     subprocess.run([scrapy, "startproject", "example"], cwd=tmp_path, check=True, capture_output=True, timeout=60)
     project = tmp_path / "example"

@@ -12,11 +12,13 @@ import pytest
 import redis
 from scrapy.settings import Settings
 
-from crawler.middlewares.backoff import parse_retry_after
+from crawler.clock import ManualClock, clock_of, use_clock
+from crawler.middlewares.backoff import BackoffMiddleware, parse_retry_after
+from crawler.middlewares.lock import DomainLockMiddleware
 from crawler.middlewares.useragent import product_token, user_agent
 from crawler.store import Frontier
 from crawler.store import Keys
-from tests.servers import ROOT, run_scrapy, scrapy_env
+from tests.servers import ROOT, crawler_for, run_scrapy, scrapy_env, wait_until
 from tests.test_scheduler import crawl_cmd, page_fetches, start
 
 QUIET = dict(links=6, size_fixed=3000, private_share=0, cross_share=0, dup_share=0, crawl_delay_share=0)
@@ -109,6 +111,18 @@ def test_retry_after_parsing() -> None:
     assert parse_retry_after(b"Mon, 99 Foo 2015 07:28:00 GMT") is None
 
 
+def test_a_retry_after_date_is_measured_on_the_crawls_clock(redis_url: str) -> None:
+    clock = ManualClock(start=1445412470.0)  # 10 s before the date below
+    crawler = crawler_for(redis_url, SCHEDULER="crawler.scheduler.FrontierScheduler")
+    use_clock(crawler, clock)
+    backoff = BackoffMiddleware(crawler)
+    assert backoff.clock is clock is clock_of(crawler)
+    date = b"Wed, 21 Oct 2015 07:28:00 GMT"
+    assert parse_retry_after(date, clock=backoff.clock) == 10
+    clock.advance(4)
+    assert parse_retry_after(date, clock=backoff.clock) == 6
+
+
 def test_locked_domain_is_never_fetched_by_two_processes_at_once(redis_url: str, make_web) -> None:
     web = make_web(domains=2, pages=8, faults={"slow": 1.0}, slow_ms=300, **QUIET)
     client = redis.Redis.from_url(redis_url)
@@ -134,15 +148,16 @@ def test_locked_domain_is_never_fetched_by_two_processes_at_once(redis_url: str,
     assert "crawler/lock/busy" in errs[0] + errs[1], errs
 
 
-def test_stale_locks_are_counted(redis_client: redis.Redis) -> None:
-    frontier = Frontier(redis_client, Keys("crawler", "demo", 0))
+def test_stale_locks_are_counted(redis_client: redis.Redis, clock: ManualClock) -> None:
+    frontier = Frontier(redis_client, Keys("crawler", "demo", 0), clock=clock)
     base = frontier.keys.base
     assert frontier.scripts.lock(keys=[base], args=["a.test", "t1", 100]) == [1, 0]
     assert frontier.scripts.lock(keys=[base], args=["a.test", "t2", 100]) == [0, 0]
     assert frontier.scripts.unlock(keys=[base], args=["a.test", "t2"]) == 0  # not the owner
-    import time
-
-    time.sleep(0.15)  # t1's owner "died"
+    clock.advance(0.099)  # t1's owner "died": its lock is not stale yet on the frontier's clock
+    assert frontier.scripts.lock(keys=[base], args=["b.test", "tb", 1000]) == [1, 0]
+    clock.advance(0.001)  # now it is; the key itself expires on Redis' own clock
+    wait_until(lambda: not redis_client.exists(f"{base}:lock:a.test"), 5, "the lock's PX expiry")
     assert frontier.scripts.lock(keys=[base], args=["a.test", "t3", 1000]) == [1, 1]
     assert frontier.scripts.unlock(keys=[base], args=["a.test", "t3"]) == 1
     assert redis_client.hget(frontier.keys.stats, "stale_locks") == b"1"
@@ -254,7 +269,7 @@ def test_parse_errors_are_dead_letters_and_the_dlq_command(redis_url: str, make_
     assert json.loads(dlq("--reason", "parse_error", "--requeue", "--json").stdout)["requeued"] == len(listed)
     client = redis.Redis.from_url(redis_url)
     assert int(client.hget("crawler:{failing:0}:stats", "queued")) == len(listed)
-    assert json.loads(dlq("--purge", "--json").stdout)["purged"] == counts["http_404"]
+    assert json.loads(dlq("--purge", "--all", "--json").stdout)["purged"] == counts["http_404"]
     assert json.loads(dlq("--counts", "--json").stdout) == {}
     bad = dlq("--limit", "-3")
     assert bad.returncode != 0 and "--limit must be >= 0" in bad.stderr and "Traceback" not in bad.stderr

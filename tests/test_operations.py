@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import redis
 
@@ -129,3 +130,37 @@ def test_errors_in_an_addon_project_are_one_line(tmp_path: Path) -> None:
             assert "wrong" not in result.stderr  # the password is masked
     finally:
         server.stop()
+
+
+def test_dlq_purge_needs_a_filter_or_all_and_has_a_dry_run(redis_url: str, make_web) -> None:
+    web = make_web(domains=2, pages=12, faults={"404": 0.4}, **QUIET)
+    env = scrapy_env(redis_url)
+    result = run_scrapy(["crawl", "demo", "-a", f"start_urls={web.url(0)},{web.url(1)}"], env)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def dlq(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "scrapy", "dlq", "demo", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+
+    def counts() -> dict[str, int]:
+        return json.loads(dlq("--counts", "--json").stdout)
+
+    total = counts()["http_404"]
+    letters = json.loads(dlq("--limit", "0", "--json").stdout)
+    first = urlsplit(letters[0]["url"]).hostname or ""
+    of_first = sum(1 for letter in letters if urlsplit(letter["url"]).hostname == first)
+    assert total >= 2 and 0 < of_first <= total
+    # no filter: every dead letter would go; that needs --all
+    bare = dlq("--purge")
+    assert bare.returncode == 2 and "--all" in bare.stderr and "Traceback" not in bare.stderr, bare.stderr
+    assert counts()["http_404"] == total
+    # a dry run says what would be deleted and deletes nothing
+    dry = dlq("--purge", "--all", "--dry-run")
+    assert dry.returncode == 0 and f"would purge {total} dead letters" in dry.stdout, dry.stdout + dry.stderr
+    assert letters[0]["url"] in dry.stdout
+    assert json.loads(dlq("--purge", "--domain", first, "--dry-run", "--json").stdout) == {"would_purge": of_first}
+    assert counts()["http_404"] == total
+    assert dlq("--dry-run").returncode == 2  # only with --purge
+    assert json.loads(dlq("--purge", "--domain", first, "--json").stdout) == {"purged": of_first}
+    assert json.loads(dlq("--purge", "--all", "--json").stdout) == {"purged": total - of_first}
+    assert counts() == {}

@@ -10,9 +10,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from hashlib import sha256
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from crawler.worker.config import on_loss_policy
 from crawler.store import Frontier, Item, Politeness
 from crawler.store import Keys
 from crawler.settings_registry import SettingsError
-from tests.servers import ROOT, RedisServer, scrapy_env
+from tests.servers import ROOT, RedisServer, scrapy_env, wait_until
 
 QUIET = {"links": 6, "size_fixed": 3000, "private_share": 0, "cross_share": 0.3, "dup_share": 0.2,
          "crawl_delay_share": 0}
@@ -50,13 +49,6 @@ def opened(client: redis.Redis) -> Frontier:
     frontier = Frontier(client, Keys("crawler", "t", 0), politeness=Politeness(delay=0))
     frontier.open()
     return frontier
-
-
-def until(condition: Callable[[], bool], timeout: float = 60, what: str = "the condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 # --- detection, in the frontier ------------------------------------------------
@@ -175,18 +167,21 @@ def freeze_holding_a_page(proc: subprocess.Popen[str], web, timeout: float = 60)
     not read it, nor stored its links. Without this, the loss may come when
     every page fetched was done and its links stored in the frontier about
     to go, with nothing held to go on with (as on a loaded machine)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def stopped() -> bool:  # the signal is taken asynchronously
+        state = process_state(proc.pid)
+        assert state != "Z", proc.communicate()[1][-3000:]
+        return state in "tT"
+
+    def frozen_holding_a_page() -> bool:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         os.kill(proc.pid, signal.SIGSTOP)
-        while (state := process_state(proc.pid)) not in "tT":  # the signal is taken asynchronously
-            assert state != "Z", proc.communicate()[1][-3000:]
-            time.sleep(0.001)
+        wait_until(stopped, 10, "the crawl process stopped", every=0.001)
         if any(e.done == 0 for e in web.log() if e.path != "/robots.txt"):
-            return
+            return True
         os.kill(proc.pid, signal.SIGCONT)
-        assert time.monotonic() < deadline, "no page in flight to freeze the crawl on"
-        time.sleep(0.01)
+        return False
+
+    wait_until(frozen_holding_a_page, timeout, "a page in flight to freeze the crawl on", every=0.01)
 
 
 @pytest.mark.parametrize("policy", ["stop", "continue"])
@@ -196,7 +191,7 @@ def test_frontier_lost_mid_crawl(volatile_redis: RedisServer, make_web, tmp_path
     # 240 pages, as in the issue; slow pages, so that pages are often in flight
     web = make_web(domains=4, pages=60, faults={"slow": 0.3}, slow_ms=300, **QUIET)
     proc = crawl(web, tmp_path, volatile_redis.url, f"CRAWLER_ON_FRONTIER_LOSS={policy}")
-    until(lambda: sum(pages(web).values()) >= 60 or proc.poll() is not None, what="60 pages")
+    wait_until(lambda: sum(pages(web).values()) >= 60 or proc.poll() is not None, 60, "60 pages")
     # the frontier goes while the crawl holds a page it has not read: with
     # `continue` its links are what the crawl goes on with; with `stop` they
     # must not be fetched

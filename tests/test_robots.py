@@ -178,3 +178,34 @@ def test_seeds_fall_back_to_the_other_scheme(redis_url: str, make_web, tmp_path:
         assert sorted((x["url"], x["reason"]) for x in letters) == [
             (f"http://d1.test:{closed}/", "retries_exhausted"), (f"https://d0.test:{web.port}/", "retries_exhausted"),
             (f"https://d1.test:{closed}/", "retries_exhausted")]
+
+
+def test_the_process_keeps_rules_for_their_lifetime_on_the_crawls_clock(redis_url: str, clock) -> None:
+    import asyncio
+
+    from crawler.clock import use_clock
+    from crawler.middlewares.robots import _LOCAL_TTL, SharedRobotsMiddleware
+    from crawler.scheduler import FrontierScheduler
+    from crawler.worker.config import FrontierSettings
+    from tests.servers import crawler_for
+
+    crawler = crawler_for(redis_url, ROBOTSTXT_OBEY=True, SCHEDULER="crawler.scheduler.FrontierScheduler")
+    use_clock(crawler, clock)
+    scheduler = FrontierScheduler(crawler, redis.Redis.from_url(redis_url),
+                                  FrontierSettings.from_settings(crawler.settings), clock)
+    scheduler.open(crawler.spider)
+    try:
+        robots = SharedRobotsMiddleware(crawler)
+        store = crawler.frontier.robots
+        origin = "http://a.test"
+        store.put(origin, {"mode": "parse", "body": "User-agent: *\nDisallow: /a\n"}, 3600)
+        assert not asyncio.run(robots.verdict(origin)).allowed(origin + "/a")  # read from Redis, kept here
+        store.put(origin, {"mode": "parse", "body": "User-agent: *\nDisallow: /b\n"}, 3600)  # changed since
+        clock.advance(_LOCAL_TTL - 0.001)
+        assert not asyncio.run(robots.verdict(origin)).allowed(origin + "/a")  # still this process's copy
+        clock.advance(0.001)  # its lifetime is over: read again
+        rules = asyncio.run(robots.verdict(origin))
+        assert rules.allowed(origin + "/a") and not rules.allowed(origin + "/b")
+        assert crawler.stats.get_value("crawler/robots/shared_hits") == 2
+    finally:
+        scheduler.close("finished")

@@ -5,6 +5,7 @@ inputs checked before anything is submitted, and refusal."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import subprocess
@@ -15,50 +16,57 @@ import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crawler.commands.cluster import deploy_targets, judge_log
-from tests.servers import ROOT, free_port, scrapy_env
+from tests.servers import ROOT, free_port, scrapy_env, wait_until
 
 QUIET = dict(links=6, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2, crawl_delay_share=0)
 
 
 class Scrapyd:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, *, username: str = "", password: str = "") -> None:
         self.dir = workdir
         self.dir.mkdir(parents=True)
         self.port = free_port()
+        self.auth = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode() if username else ""
         (self.dir / "scrapyd.conf").write_text(
             f"[scrapyd]\nbind_address = 127.0.0.1\nhttp_port = {self.port}\npoll_interval = 0.5\n"
-            f"max_proc = 4\neggs_dir = {self.dir}/eggs\nlogs_dir = {self.dir}/logs\ndbs_dir = {self.dir}/dbs\n")
+            f"max_proc = 4\neggs_dir = {self.dir}/eggs\nlogs_dir = {self.dir}/logs\ndbs_dir = {self.dir}/dbs\n"
+            + (f"username = {username}\npassword = {password}\n" if username else ""))
         # jobs run on the deployed egg's settings (crawler.settings), not devkit's, and get
         # CRAWLER_CONTACT only from `cluster schedule`, as on a node that has none
         self.proc = subprocess.Popen([sys.executable, "-m", "scrapyd"], cwd=self.dir,
                                      env=scrapy_env(None, settings=None, CRAWLER_CONTACT=""),
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while True:
+
+        def answers() -> bool:
             try:
-                urllib.request.urlopen(f"{self.url}/daemonstatus.json", timeout=2).read()
-                break
+                self.open("daemonstatus.json")
+                return True
             except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("scrapyd did not start") from None
-                time.sleep(0.1)
+                return False
+
+        wait_until(answers, 30, "scrapyd to start", every=0.1)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def jobs(self) -> dict[str, list[dict[str, object]]]:
-        with urllib.request.urlopen(f"{self.url}/listjobs.json?project=crawler", timeout=10) as resp:
+    def open(self, endpoint: str, data: bytes | None = None) -> dict[str, Any]:
+        headers = {"Authorization": self.auth} if self.auth else {}
+        request = urllib.request.Request(f"{self.url}/{endpoint}", data, headers=headers)
+        with urllib.request.urlopen(request, timeout=10) as resp:
             return json.loads(resp.read())
+
+    def jobs(self) -> dict[str, list[dict[str, object]]]:
+        return self.open("listjobs.json?project=crawler")
 
     def schedule(self, data: dict[str, str]) -> None:
         body = urllib.parse.urlencode({"project": "crawler", **data}).encode()
-        with urllib.request.urlopen(f"{self.url}/schedule.json", body, timeout=10) as resp:
-            assert json.loads(resp.read())["status"] == "ok"
+        assert self.open("schedule.json", body)["status"] == "ok"
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -80,9 +88,9 @@ TEST_WEB = ("--setting", 'CRAWLER_HOST_MAP={"*.test": "127.0.0.1"}', "--setting"
 CONTACT = ("--setting", "CRAWLER_CONTACT=ops@example.org")
 
 
-def cluster(*args: str, redis_url: str | None = None) -> subprocess.CompletedProcess[str]:
+def cluster(*args: str, redis_url: str | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """``scrapy cluster`` on a machine without CRAWLER_CONTACT in its environment."""
-    return subprocess.run([sys.executable, "-m", "scrapy", "cluster", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "scrapy", "cluster", *args], cwd=cwd,
                           env=scrapy_env(redis_url, CRAWLER_CONTACT=""), capture_output=True, text=True, timeout=180,
                           check=False)
 
@@ -203,13 +211,17 @@ def test_unreachable_node_submits_nothing(nodes: list[Scrapyd], tmp_path: Path) 
     urls = f"{nodes[0].url},http://127.0.0.1:{free_port()}"
     deployed = cluster("deploy", "--nodes", urls)
     assert deployed.returncode == 1
-    assert "deployed crawler" in deployed.stdout and "unreachable" in deployed.stdout
+    # what went well on stdout, errors on stderr (as `scrapy crawl` has them)
+    assert "deployed crawler" in deployed.stdout and "unreachable" not in deployed.stdout
+    assert "cluster: error: " in deployed.stderr and "unreachable" in deployed.stderr
     result = cluster("schedule", "billion", "--nodes", urls, "--shards", "4", "--seeds", "redis:seeds", *CONTACT)
-    assert result.returncode == 1 and "unreachable" in result.stdout
+    assert result.returncode == 1 and "unreachable" in result.stderr and not result.stdout
     jobs = nodes[0].jobs()
     assert jobs["pending"] == [] and jobs["running"] == [] and jobs["finished"] == []
     refused = cluster("schedule", "nosuchspider", "--nodes", nodes[0].url, "--shards", "2", "--seeds", "redis:s")
-    assert refused.returncode == 1 and "refused" in refused.stdout
+    assert refused.returncode == 1 and "refused" in refused.stderr and "refused" not in refused.stdout
+    status = cluster("status", "billion", "--nodes", urls)
+    assert status.returncode == 1 and "unreachable" in status.stderr and "unreachable" not in status.stdout
     bad = cluster("schedule", "billion", "--nodes", nodes[0].url, "--shards", "0")
     assert bad.returncode != 0 and "--shards must be an integer >= 1" in bad.stderr
 
@@ -236,3 +248,77 @@ def test_job_outcome_from_the_log_tail() -> None:
     state, detail = judge_log(head + "2026-12-04 13:00:02 [scrapy.core.scraper] ERROR: Spider error\n")
     assert state == "failed" and detail.endswith("[scrapy.core.scraper] ERROR: Spider error")
     assert judge_log("")[0] == "failed"
+
+
+#: what a checkout needs for `scrapy cluster deploy` to build the egg
+CHECKOUT = ("setup.py", "pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "CHANGELOG.md", "crawler", "lua")
+
+
+def test_basic_auth_from_scrapy_cfg_and_a_metrics_port_per_job(redis_url: str, make_web, tmp_path: Path) -> None:
+    node = Scrapyd(tmp_path / "scrapyd", username="ops", password="s3cr:et")
+    try:
+        project = tmp_path / "checkout"
+        project.mkdir()
+        for name in CHECKOUT:
+            (project / name).symlink_to(ROOT / name)
+        (project / "scrapy.cfg").write_text(
+            "[settings]\ndefault = crawler.settings\n\n"
+            f"[deploy:node1]\nurl = {node.url}/\nproject = crawler\nusername = ops\npassword = s3cr:et\n")
+        # without the credentials: refused, on stderr
+        bare = cluster("deploy", "--nodes", node.url, cwd=project)
+        assert bare.returncode == 1 and "HTTP 401" in bare.stderr, bare.stdout + bare.stderr
+        deployed = cluster("deploy", "--version", "1", cwd=project)
+        assert deployed.returncode == 0 and f"{node.url}/: deployed crawler 1" in deployed.stdout, \
+            deployed.stdout + deployed.stderr
+
+        web = make_web(domains=8, pages=20, **QUIET)
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_text("".join(f"{web.url(d)}\n" for d in range(8)))
+        base = free_port()
+        sd = tmp_path / "prometheus" / "crawler.json"
+        sd.parent.mkdir()
+        # two jobs on one node: each its own metrics port, both listed for Prometheus's file_sd
+        scheduled = cluster("schedule", "billion", "--shards", "2", "--seeds", str(seeds), "--redis", redis_url,
+                            "--setting", "CRAWLER_DOMAIN_DELAY=30", *CONTACT, *TEST_WEB,
+                            "--metrics-port", str(base), "--metrics-sd", str(sd), cwd=project)
+        assert scheduled.returncode == 0, scheduled.stdout + scheduled.stderr
+        run = run_of(scheduled)
+        targets = json.loads(sd.read_text())
+        assert targets == [{"targets": [f"127.0.0.1:{base + shard}"],
+                            "labels": {"scrapyd_job": f"billion-{shard}-of-2-{run}", "run": run}}
+                           for shard in range(2)]
+        # each job served its own port (a job without seeds of its shard ends at once: its log says it)
+        logs = node.dir / "logs" / "crawler" / "billion"
+
+        def served() -> bool:
+            texts = [(logs / f"billion-{shard}-of-2-{run}.log") for shard in range(2)]
+            return all(t.is_file() and f"Prometheus metrics on http://127.0.0.1:{base + shard}/metrics" in t.read_text()
+                       for shard, t in enumerate(texts))
+
+        wait_until(served, 60, "both jobs' metrics lines", every=0.2)
+
+        def scraped() -> list[int]:  # and a running one answers there with its own shard
+            found = []
+            for shard in range(2):
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{base + shard}/metrics", timeout=5) as resp:
+                        if f'shard="{shard}",spider="billion"' in resp.read().decode():
+                            found.append(shard)
+                except OSError:
+                    pass
+            return found
+
+        wait_until(scraped, 60, "a job's /metrics", every=0.2)
+        status = cluster("status", "billion", cwd=project)
+        assert f"run {run}: billion, 2 shards" in status.stdout and ": running" in status.stdout, \
+            status.stdout + status.stderr
+        cancelled = cluster("cancel", "billion", cwd=project)
+        assert cancelled.returncode == 0 and "was running" in cancelled.stdout, cancelled.stdout + cancelled.stderr
+        for result in (bare, deployed, scheduled, status, cancelled):
+            assert "s3cr" not in result.stdout + result.stderr  # the password is never shown
+        # a port per job needs a base: 0 (any free port) cannot be listed
+        refused = cluster("schedule", "billion", "--shards", "2", "--seeds", str(seeds), *CONTACT,
+                          "--metrics-port", "0", "--metrics-sd", str(sd), cwd=project)
+        assert refused.returncode == 2 and "--metrics-sd" in refused.stderr, refused.stdout + refused.stderr
+    finally:
+        node.stop()

@@ -9,7 +9,6 @@ import json
 import math
 import re
 import subprocess
-import time
 import tomllib
 import urllib.parse
 import urllib.request
@@ -29,7 +28,7 @@ from crawler.settings_registry import (
     unknown_names,
     validate,
 )
-from tests.servers import ROOT, run_scrapy, scrapy_env
+from tests.servers import ROOT, run_scrapy, scrapy_env, wait_until
 
 NAN, INF = float("nan"), float("inf")
 UNWRITABLE = "/proc/crawler-settings-test/sub"  # /proc takes no new files, even from root
@@ -344,10 +343,8 @@ def test_a_scrapyd_job_that_cannot_start_ends_its_log_with_the_reason(tmp_path: 
         with urllib.request.urlopen(f"{node.url}/schedule.json", data=urllib.parse.urlencode(form).encode(),
                                     timeout=30) as resp:
             job = json.loads(resp.read())["jobid"]
-        deadline = time.monotonic() + 90
-        while not any(j["id"] == job for j in node.jobs().get("finished", [])):
-            assert time.monotonic() < deadline, node.jobs()
-            time.sleep(0.5)
+        wait_until(lambda: any(j["id"] == job for j in node.jobs().get("finished", [])), 90,
+                   f"scrapyd job {job} finished", every=0.1)
         log = (node.dir / "logs" / "crawler" / "billion" / f"{job}.log").read_text()
         assert log.strip().splitlines()[-1].endswith(
             "crawler: error: CRAWLER_DOMAIN_DELAY must be a finite number >= 0, got 'nan'"), log[-2000:]

@@ -11,7 +11,6 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,8 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from devkit.testweb.config import PAGE_FAULTS
-from tests.servers import ROOT, run_scrapy, scrapy_env
+from crawler.extensions.warc import CHECK_INTERVAL
+from tests.servers import ROOT, run_scrapy, scrapy_env, wait_until
 
 ROOT_USER = os.geteuid() == 0
 FAST = ("CRAWLER_DOMAIN_DELAY=0", "CRAWLER_PROGRESS_INTERVAL=0", "CRAWLER_ROBOTS_RETRY=1",
@@ -150,7 +150,8 @@ def test_low_space_pauses_fetching_until_space_returns(redis_url: str, make_web,
     with tmpfs(folder, "8m"):
         filler = folder / "filler"
         filler.write_bytes(b"\0" * 6_000_000)  # 2 MB left, under the 4 MB asked for
-        args = billion(web, tmp_path, f"CRAWLER_WARC_DIR={folder}", "CRAWLER_WARC_MIN_FREE=4000000")
+        args = billion(web, tmp_path, f"CRAWLER_WARC_DIR={folder}", "CRAWLER_WARC_MIN_FREE=4000000",
+                       "CRAWLER_PROGRESS_INTERVAL=0.25")
         child = subprocess.Popen(args, cwd=ROOT, env=scrapy_env(redis_url, CRAWLER_CONTACT="ops@example.org"),
                                  stderr=subprocess.PIPE, text=True)
         assert child.stderr is not None
@@ -161,9 +162,20 @@ def test_low_space_pauses_fetching_until_space_returns(redis_url: str, make_web,
                 break
         else:
             pytest.fail("no pause: " + "".join(lines[-30:]))
-        time.sleep(1.5)  # paused: the site sees nothing in the meantime
+        # what was in flight when it paused ends; then the site sees nothing while the
+        # worker reports on (its progress line, every 0.25 s on its clock) past its
+        # next look at the free space (warc.CHECK_INTERVAL)
+        wait_until(lambda: all(e.done for e in web.log()), 30, "the pages in flight answered")
         before = len([e for e in web.log() if e.path.startswith("/p/")])
-        time.sleep(1.5)
+        reports = 0
+        for line in child.stderr:
+            lines.append(line)
+            reports += "pages=" in line
+            if reports * 0.25 > 2 * CHECK_INTERVAL:
+                break
+        else:
+            pytest.fail("the paused crawl ended: " + "".join(lines[-30:]))
+        assert "fetching resumed" not in "".join(lines)
         assert len([e for e in web.log() if e.path.startswith("/p/")]) == before
         filler.unlink()
         rest = child.stderr.read()

@@ -9,14 +9,14 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
+from crawler.clock import ManualClock
 from crawler.warcfile import Page, WarcWriter
-from tests.servers import ROOT, scrapy_env
+from tests.servers import ROOT, scrapy_env, wait_until
 
 
 def read_warc(paths: list[Path]) -> list:
@@ -85,7 +85,8 @@ def test_queue_is_bounded_and_put_waits_for_the_disk(tmp_path: Path) -> None:
         disk_ready.wait(30)
         return tmp_path / f"f{n}.warc.gz"
 
-    writer = WarcWriter(slow_disk, max_queued=4)
+    clock = ManualClock(start=1_700_000_000.0)
+    writer = WarcWriter(slow_disk, max_queued=4, clock=clock)
     body = b"y" * 200_000
     for n in range(5):  # one taken by the stalled thread, four queued
         writer.put(page(n, body))
@@ -98,14 +99,19 @@ def test_queue_is_bounded_and_put_waits_for_the_disk(tmp_path: Path) -> None:
 
     thread = threading.Thread(target=producer)
     thread.start()
-    assert not done.wait(0.5)  # blocked: no fifth page in memory
-    assert writer.queue.qsize() == 4
+    wait_until(lambda: writer.waiting, 10, "put() waiting for room")  # blocked: no fifth page in memory
+    assert writer.queue.qsize() == 4 and not done.is_set()
+    clock.advance(0.75)  # the disk stalls 0.75 s on the writer's clock
     disk_ready.set()
     assert done.wait(10)
     thread.join()
     writer.close()
-    assert writer.blocked > 0.3
-    assert [r[3] for r in read_warc(sorted(tmp_path.glob("*.warc.gz"))) if r[0] == "response"] == [body] * 6
+    assert writer.blocked == pytest.approx(0.75, abs=1e-6) and writer.waiting == 0  # the clock's, not the real 0
+    records = read_warc(sorted(tmp_path.glob("*.warc.gz")))
+    assert [r[3] for r in records if r[0] == "response"] == [body] * 6
+    # pages without a fetch date are dated as written, on the writer's clock: after the stall
+    dates = {r[1].get_header("WARC-Date") for r in records}
+    assert dates == {"2023-11-14T22:13:20.750000Z"}
 
 
 def test_sigterm_loses_no_page(redis_url: str, make_web, tmp_path: Path) -> None:
@@ -120,9 +126,7 @@ def test_sigterm_loses_no_page(redis_url: str, make_web, tmp_path: Path) -> None
          "-s", "CRAWLER_PROGRESS_INTERVAL=0"],
         cwd=ROOT, env=scrapy_env(redis_url, CRAWLER_CONTACT="ops@example.org"),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and len(web.log()) < 150:
-        time.sleep(0.05)
+    wait_until(lambda: len(web.log()) >= 150 or proc.poll() is not None, 60, "150 requests served")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]

@@ -1,7 +1,14 @@
-"""A small Scrapyd API client (urllib only), job log tails and the project's egg."""
+"""A small Scrapyd API client (urllib only), job log tails and the project's egg.
+
+A node is its URL; HTTP basic auth (Scrapyd's ``username``/``password``)
+rides in it as ``http://user:password@host:6800/`` (:func:`with_credentials`
+puts a scrapy.cfg target's there) and goes out as an ``Authorization``
+header; :func:`shown` is the URL without them, for every message.
+"""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -18,11 +25,36 @@ class NodeError(Exception):
     """A Scrapyd node could not be reached or refused a call."""
 
 
+def with_credentials(url: str, username: str, password: str) -> str:
+    """``url`` carrying HTTP basic auth credentials (quoted)."""
+    parts = urllib.parse.urlsplit(url)
+    userinfo = urllib.parse.quote(username, safe="") + ":" + urllib.parse.quote(password, safe="")
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{userinfo}@{parts.netloc.rpartition('@')[2]}"))
+
+
+def _split(node: str) -> tuple[str, dict[str, str]]:
+    """The node's URL without credentials, and the headers that carry them."""
+    parts = urllib.parse.urlsplit(node)
+    if "@" not in parts.netloc:
+        return node, {}
+    userinfo, _, host = parts.netloc.rpartition("@")
+    username, _, password = userinfo.partition(":")
+    token = f"{urllib.parse.unquote(username)}:{urllib.parse.unquote(password)}".encode()
+    bare = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return bare, {"Authorization": "Basic " + base64.b64encode(token).decode()}
+
+
+def shown(node: str) -> str:
+    """The node as messages name it: its URL without credentials."""
+    return _split(node)[0]
+
+
 def call(node: str, endpoint: str, data: dict[str, Any] | list[tuple[str, str]] | None = None,
          files: dict[str, tuple[str, bytes]] | None = None, timeout: float = 30) -> dict[str, Any]:
-    url = node.rstrip("/") + "/" + endpoint
+    base, headers = _split(node)
+    node = base
+    url = base.rstrip("/") + "/" + endpoint
     body: bytes | None = None
-    headers: dict[str, str] = {}
     if files:
         boundary = uuid.uuid4().hex
         parts = []
@@ -56,13 +88,15 @@ def fetch_tail(node: str, path: str, size: int = 65536, timeout: float = 30) -> 
     beyond ``jobs_to_keep``). The length comes from a HEAD request and the
     tail from an explicit ``Range``: Twisted answers a suffix range longer
     than the file with HTTP 500."""
+    node, auth = _split(node)
     url = node.rstrip("/") + "/" + path.lstrip("/")
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD", headers=auth),
+                                    timeout=timeout) as resp:
             length = int(resp.headers.get("Content-Length") or 0)
         if length == 0:
             return ""
-        request = urllib.request.Request(url, headers={"Range": f"bytes={max(0, length - size)}-"})
+        request = urllib.request.Request(url, headers={**auth, "Range": f"bytes={max(0, length - size)}-"})
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             body = resp.read()
     except urllib.error.HTTPError as exc:

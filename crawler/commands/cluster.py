@@ -6,6 +6,7 @@ crawl across them.
         --redis redis://10.0.0.1:6379/0,redis://10.0.0.2:6379/0 [--setting NAME=VALUE ...]
     scrapy cluster status billion [--shards 12] [--run 20261204T130500Z]
     scrapy cluster cancel billion [--shards 12] [--run 20261204T130500Z]
+    scrapy cluster schedule billion ... --metrics-port 9410 --metrics-sd /etc/prometheus/crawler.json
 
 Each ``schedule`` is a run, named by its start time in UTC; shard i of N runs
 on node i mod (number of nodes), with ``shard``, ``shards`` and ``seeds`` as
@@ -13,7 +14,17 @@ spider arguments and that node's ``REDIS_URL`` (``--redis``, in node order)
 as a setting; its job id is ``<spider>-<i>-of-<N>-<run>``, so every run has
 its own jobs and its own job logs. Nodes come from ``--nodes URL,URL`` or the
 ``[deploy:*]`` targets of scrapy.cfg (the unnamed ``[deploy]`` target only
-when it is the only one).
+when it is the only one), with their ``username``/``password`` (Scrapyd's
+HTTP basic auth; in ``--nodes``: ``http://user:password@host:6800/``).
+
+With metrics on (``--metrics-port BASE``, or ``CRAWLER_METRICS_ENABLED``)
+shard i's job serves them on port BASE + i (BASE: ``--metrics-port``, else
+``CRAWLER_METRICS_PORT``), so the jobs of a node never share a port;
+``--metrics-sd FILE`` writes their targets (the node's host and the job's
+port) as a Prometheus ``file_sd_configs`` file.
+
+Errors (``cluster: error: ...``) and notes go to stderr, what was done to
+stdout.
 
 Before anything is submitted, the job's settings are validated and the
 spider's arguments and CRAWLER_CONTACT checked as ``scrapy crawl`` checks
@@ -33,7 +44,11 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
+import os
 import re
+import sys
+import tempfile
 import time
 import urllib.parse
 from configparser import ConfigParser
@@ -42,13 +57,14 @@ from pathlib import Path
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
+from scrapy.settings import BaseSettings
 from scrapy.utils.conf import closest_scrapy_cfg
 
 from crawler.commands._fail import fail
-from crawler.commands._scrapyd import NodeError, build_egg, call, fetch_tail
+from crawler.commands._scrapyd import NodeError, build_egg, call, fetch_tail, shown, with_credentials
 from crawler.commands.crawl import check_spider
 from crawler.middlewares.useragent import contact_of
-from crawler.settings_registry import SettingsError, validate
+from crawler.settings_registry import SettingsError, setting, validate
 
 ACTIONS = ("deploy", "schedule", "status", "cancel")
 
@@ -63,12 +79,14 @@ SPIDER_CLOSED = re.compile(r"Spider closed \(([^)]*)\)")
 
 def deploy_targets(cfg: Path) -> tuple[list[str], str]:
     """The node URLs of scrapy.cfg: every ``[deploy:<name>]`` target, or the
-    unnamed ``[deploy]`` one when there is no other; and the project name."""
-    parser = ConfigParser()
+    unnamed ``[deploy]`` one when there is no other, with its ``username``
+    and ``password`` in the URL when it has them; and the project name."""
+    parser = ConfigParser(interpolation=None)
     parser.read(cfg)
     named = [s for s in parser.sections() if s.startswith("deploy:") and parser.has_option(s, "url")]
     sections = named or [s for s in parser.sections() if s == "deploy" and parser.has_option(s, "url")]
-    nodes = [parser.get(s, "url") for s in sections]
+    nodes = [with_credentials(parser.get(s, "url"), parser.get(s, "username"), parser.get(s, "password", fallback=""))
+             if parser.get(s, "username", fallback="") else parser.get(s, "url") for s in sections]
     project = next((parser.get(s, "project") for s in sections if parser.has_option(s, "project")), "crawler")
     return list(dict.fromkeys(nodes)), project
 
@@ -79,6 +97,25 @@ def job_id(spider: str, shard: int, shards: int, run: str) -> str:
 
 def run_stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+
+
+def error(line: str) -> None:
+    print(f"cluster: error: {line}", file=sys.stderr, flush=True)
+
+
+def write_file_sd(path: Path, targets: list[tuple[str, int, str, str]]) -> None:
+    """Prometheus's file-based service discovery: one target per job
+    (``(host, port, job id, run)``), written whole (renamed into place, so
+    Prometheus never reads half a file). The labels name the job and the
+    run; the metrics carry ``spider`` and ``shard`` themselves."""
+    entries = [{"targets": [f"{host}:{port}"], "labels": {"scrapyd_job": job, "run": run}}
+               for host, port, job, run in targets]
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as out:
+        json.dump(entries, out, indent=2)
+        out.write("\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
 
 
 @dataclass
@@ -172,6 +209,11 @@ class Command(ScrapyCommand):
         parser.add_argument("--redis", default="", help="REDIS_URL of each node, comma-separated, in node order")
         parser.add_argument("--setting", action="append", metavar="NAME=VALUE",
                             help="a setting for every job (repeatable)")
+        parser.add_argument("--metrics-port", type=int, metavar="BASE",
+                            help="schedule: metrics on, shard i on port BASE + i "
+                                 "(default with CRAWLER_METRICS_ENABLED: CRAWLER_METRICS_PORT)")
+        parser.add_argument("--metrics-sd", metavar="FILE",
+                            help="schedule: write the jobs' metrics targets there (Prometheus file_sd_configs)")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if not args or args[0] not in ACTIONS:
@@ -199,14 +241,14 @@ class Command(ScrapyCommand):
                 if redis_urls and len(redis_urls) != len(nodes):
                     raise UsageError(f"--redis names {len(redis_urls)} URLs for {len(nodes)} nodes",
                                      print_help=False)
-                job_settings = self.check_inputs(args[1], nodes, opts)
-                self.exitcode = self.schedule(args[1], nodes, redis_urls, job_settings, opts)
+                job_settings, metrics_base = self.check_inputs(args[1], nodes, opts)
+                self.exitcode = self.schedule(args[1], nodes, redis_urls, job_settings, metrics_base, opts)
             elif action == "status":
                 self.exitcode = self.status(args[1], nodes, opts)
             else:
                 self.exitcode = self.cancel(args[1], nodes, opts)
         except NodeError as exc:
-            print(f"cluster: error: {exc}")
+            error(str(exc))
             self.exitcode = 1
 
     def deploy(self, project_dir: Path, nodes: list[str], version: str) -> int:
@@ -216,19 +258,21 @@ class Command(ScrapyCommand):
             try:
                 answer = call(node, "addversion.json", {"project": self.project, "version": version},
                               files={"egg": (f"{self.project}.egg", egg)})
-                print(f"{node}: deployed {self.project} {version} ({answer.get('spiders', '?')} spiders)")
+                print(f"{shown(node)}: deployed {self.project} {version} ({answer.get('spiders', '?')} spiders)")
             except NodeError as exc:
-                print(f"cluster: error: {exc}")
+                error(str(exc))
                 failed += 1
         return 1 if failed else 0
 
     # --- schedule ----------------------------------------------------------
 
-    def check_inputs(self, spider: str, nodes: list[str], opts: argparse.Namespace) -> list[tuple[str, str]]:
+    def check_inputs(self, spider: str, nodes: list[str],
+                     opts: argparse.Namespace) -> tuple[list[tuple[str, str]], int | None]:
         """Check what the jobs will get as ``scrapy crawl`` on a node checks it
         (settings, the spider's arguments, CRAWLER_CONTACT), before anything is
         submitted; a problem ends the command with one line (exit status 2).
-        Returns the jobs' settings as (name, value) pairs."""
+        Returns the jobs' settings as (name, value) pairs, and the base of
+        their metrics ports (None: metrics off)."""
         assert self.settings is not None
         settings = self.settings.copy()
         job_settings: list[tuple[str, str]] = []
@@ -240,6 +284,7 @@ class Command(ScrapyCommand):
                 job_settings.append((name.strip(), value))
             settings.setdict(dict(job_settings), priority="cmdline")
             validate(settings)
+            metrics_base = self.metrics_base(settings, opts)
             if not opts.seeds and not opts.resume:
                 raise SettingsError("cluster schedule needs --seeds (a file path on the nodes, or redis:<key>); "
                                     "pass --resume to continue the frontier without seeds")
@@ -250,7 +295,7 @@ class Command(ScrapyCommand):
                                         "Scrapyd's working directory otherwise), or redis:<key>")
                 if not Path(seeds).is_file() and not all(_local(n) for n in nodes):
                     print(f"cluster: note: the seeds file {seeds} is not on this machine; "
-                          "it must be on every node")
+                          "it must be on every node", file=sys.stderr)
                     seeds = ""  # what can be checked here: the rest
             check_spider(settings, spider, {"shard": "0", "shards": str(opts.shards), "seeds": seeds})
         except SettingsError as exc:
@@ -259,10 +304,30 @@ class Command(ScrapyCommand):
             contact = contact_of(settings)
             if contact:  # from this machine (-s or its environment): the nodes may not have it
                 job_settings.append(("CRAWLER_CONTACT", contact))
-        return job_settings
+        return job_settings, metrics_base
+
+    @staticmethod
+    def metrics_base(settings: BaseSettings, opts: argparse.Namespace) -> int | None:
+        """The first job's metrics port (None: metrics off); SettingsError
+        when the jobs' ports cannot all be valid or listed."""
+        if opts.metrics_port is None and not setting(settings, "CRAWLER_METRICS_ENABLED"):
+            if opts.metrics_sd:
+                raise SettingsError("--metrics-sd needs metrics on: --metrics-port BASE")
+            return None
+        base = opts.metrics_port if opts.metrics_port is not None else setting(settings, "CRAWLER_METRICS_PORT")
+        if base == 0:
+            if opts.metrics_sd:
+                raise SettingsError("--metrics-sd needs fixed ports: --metrics-port BASE (not 0)")
+            return 0
+        if not 0 < base <= 65536 - opts.shards:
+            raise SettingsError(f"--metrics-port {base}: the ports {base}..{base + opts.shards - 1} "
+                                "of the shards must be between 1 and 65535")
+        if opts.metrics_sd and not Path(opts.metrics_sd).parent.is_dir():
+            raise SettingsError(f"--metrics-sd {opts.metrics_sd}: no such directory")
+        return int(base)
 
     def schedule(self, spider: str, nodes: list[str], redis_urls: list[str],
-                 job_settings: list[tuple[str, str]], opts: argparse.Namespace) -> int:
+                 job_settings: list[tuple[str, str]], metrics_base: int | None, opts: argparse.Namespace) -> int:
         runs: set[str] = set()
         for node in nodes:  # every node first, so a dead one submits nothing
             runs.update(job.run for job in list_jobs(node, self.project) if job.spider == spider)
@@ -273,6 +338,7 @@ class Command(ScrapyCommand):
             run = run_stamp()
         print(f"run {run}: {spider}, {shards} shards on {len(nodes)} nodes")
         done: list[tuple[str, str]] = []
+        targets: list[tuple[str, int, str, str]] = []
         for shard in range(shards):
             node, job = nodes[shard % len(nodes)], job_id(spider, shard, shards, run)
             data: list[tuple[str, str]] = [("project", self.project), ("spider", spider), ("jobid", job),
@@ -282,18 +348,27 @@ class Command(ScrapyCommand):
             if redis_urls:
                 data.append(("setting", f"REDIS_URL={redis_urls[nodes.index(node)]}"))
             data += [("setting", f"{name}={value}") for name, value in job_settings]
+            port = None
+            if metrics_base is not None:  # after the --setting ones: each job its own port
+                port = metrics_base + shard if metrics_base else 0
+                data += [("setting", "CRAWLER_METRICS_ENABLED=True"), ("setting", f"CRAWLER_METRICS_PORT={port}")]
             try:
                 call(node, "schedule.json", data)
             except NodeError as exc:
-                print(f"cluster: error: shard {shard}: {exc}; cancelling the {len(done)} jobs already scheduled")
+                error(f"shard {shard}: {exc}; cancelling the {len(done)} jobs already scheduled")
                 for other_node, other_job in done:
                     try:
                         call(other_node, "cancel.json", {"project": self.project, "job": other_job})
                     except NodeError as cancel_error:
-                        print(f"cluster: error: could not cancel {other_job}: {cancel_error}")
+                        error(f"could not cancel {other_job}: {cancel_error}")
                 return 1
             done.append((node, job))
-            print(f"shard {shard}/{shards}: job {job} on {node}")
+            if port:
+                targets.append((urllib.parse.urlsplit(shown(node)).hostname or "localhost", port, job, run))
+            print(f"shard {shard}/{shards}: job {job} on {shown(node)}" + (f", metrics on port {port}" if port else ""))
+        if opts.metrics_sd:
+            write_file_sd(Path(opts.metrics_sd), targets)
+            print(f"metrics targets of run {run} written to {opts.metrics_sd}")
         return 0
 
     # --- status and cancel -------------------------------------------------
@@ -308,7 +383,7 @@ class Command(ScrapyCommand):
                 jobs += [j for j in list_jobs(node, self.project)
                          if j.spider == spider and (opts.shards is None or j.shards == opts.shards)]
             except NodeError as exc:
-                print(f"cluster: error: {exc}")
+                error(str(exc))
                 failed += 1
         return jobs, failed
 
@@ -334,7 +409,7 @@ class Command(ScrapyCommand):
             except NodeError as exc:
                 state, detail = "unknown", f"its log could not be read: {exc}"
             failed += state in ("failed", "unknown")
-            print(f"shard {shard}: {state:9s} {job.id} on {job.node}" + (f": {detail}" if detail else ""))
+            print(f"shard {shard}: {state:9s} {job.id} on {shown(job.node)}" + (f": {detail}" if detail else ""))
         return 1 if failed else 0
 
     def cancel(self, spider: str, nodes: list[str], opts: argparse.Namespace) -> int:
@@ -345,8 +420,9 @@ class Command(ScrapyCommand):
         for job in sorted(jobs, key=lambda j: (j.run, j.shard)):
             try:
                 answer = call(job.node, "cancel.json", {"project": self.project, "job": job.id})
-                print(f"shard {job.shard}: {job.id} on {job.node}: was {answer.get('prevstate') or 'not running'}")
+                print(f"shard {job.shard}: {job.id} on {shown(job.node)}: "
+                      f"was {answer.get('prevstate') or 'not running'}")
             except NodeError as exc:
-                print(f"cluster: error: shard {job.shard}: {exc}")
+                error(f"shard {job.shard}: {exc}")
                 failed += 1
         return 1 if failed else 0

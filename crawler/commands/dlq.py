@@ -1,4 +1,8 @@
-"""``scrapy dlq <spider>``: list, count, requeue and purge dead letters."""
+"""``scrapy dlq <spider>``: list, count, requeue and purge dead letters.
+
+``--purge`` deletes the letters ``--reason``/``--domain`` select; with
+neither it would delete them all, so it then needs ``--all``. ``--dry-run``
+lists what ``--purge`` would delete and deletes nothing."""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import argparse
 import json
 import time
 from dataclasses import asdict
+from typing import Any
 
 from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
@@ -29,7 +34,8 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "<spider> [--reason R] [--domain D] [--limit N] [--counts | --requeue | --purge] [--json]"
+        return ("<spider> [--reason R] [--domain D] [--limit N] "
+                "[--counts | --requeue | --purge [--all] [--dry-run]] [--json]")
 
     def short_desc(self) -> str:
         return "List, count, requeue or purge a frontier's dead letters"
@@ -43,7 +49,11 @@ class Command(ScrapyCommand):
         action = parser.add_mutually_exclusive_group()
         action.add_argument("--counts", action="store_true", help="count letters by reason")
         action.add_argument("--requeue", action="store_true", help="put the matching URLs back in the frontier")
-        action.add_argument("--purge", action="store_true", help="delete the matching letters")
+        action.add_argument("--purge", action="store_true",
+                            help="delete the matching letters (no --reason or --domain: needs --all)")
+        parser.add_argument("--all", action="store_true", help="with --purge and no filter: every dead letter")
+        parser.add_argument("--dry-run", action="store_true",
+                            help="with --purge: list what would be deleted, delete nothing")
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
@@ -51,6 +61,14 @@ class Command(ScrapyCommand):
             raise UsageError("give exactly one spider name")
         if opts.limit < 0:
             raise UsageError(f"--limit must be >= 0, got {opts.limit}", print_help=False)
+        if (opts.all or opts.dry_run) and not opts.purge:
+            raise UsageError("--all and --dry-run go with --purge", print_help=False)
+        if opts.purge and not (opts.reason or opts.domain or opts.all):
+            raise UsageError("--purge without --reason or --domain deletes every dead letter: "
+                             "add --all (and --dry-run to see them first)", print_help=False)
+        if opts.all and (opts.reason or opts.domain):
+            raise UsageError("--all selects every dead letter: leave out --reason and --domain",
+                             print_help=False)
         assert self.settings is not None
         found = open_frontiers(self.settings, args[0], opts.shard)[0]
         letters = DeadLetters(found.client, found.keys)
@@ -64,6 +82,13 @@ class Command(ScrapyCommand):
                 print(f"{sum(counts.values()):8d}  total")
             return
         selected = letters.select(opts.reason, opts.domain)
+        if opts.purge and opts.dry_run:
+            if opts.json:
+                print(json.dumps({"would_purge": len(selected)}))
+                return
+            self._show(selected, selected if opts.limit == 0 else selected[: opts.limit])
+            print(f"would purge {len(selected)} dead letters (dry run: nothing deleted)")
+            return
         if opts.purge:
             removed = letters.remove(raw for raw, _ in selected)
             print(json.dumps({"purged": removed}) if opts.json else f"purged {removed} dead letters")
@@ -95,6 +120,10 @@ class Command(ScrapyCommand):
             which = " and ".join(f"{k} {v}" for k, v in (("reason", opts.reason), ("domain", opts.domain)) if v)
             print(f"no dead letters{' with ' + which if which else ''} in {found.keys.base}")
             return
+        self._show(selected, shown)
+
+    @staticmethod
+    def _show(selected: list[Any], shown: list[Any]) -> None:
         for _, letter in shown:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(letter.time))
             status = letter.status if letter.status is not None else "-"

@@ -49,6 +49,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from crawler._compat import downloader_load, set_downloader_cap, wake_engine
+from crawler.clock import clock_of
 from crawler.extensions.looplag import LoopLagProbe
 from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import setting
@@ -144,12 +145,15 @@ class ConcurrencyController:
                              setting(settings, "CRAWLER_CONCURRENCY_LAG_CPU"),
                              setting(settings, "CRAWLER_CONCURRENCY_MAX_CPU"), user_cap(crawler))
         self.crawler = crawler
+        # the interval and its lateness on the crawl's clock (crawler/clock.py), and its timer; the
+        # CPU clocks stay real: CPU time is the process's own work, not time passing
+        self.clock = clock_of(crawler)
         self.stats = crawler.stats
         self.probe: LoopLagProbe | None = None
         self.call: Any = None
         self.expected = 0.0  # when the next adjustment is due (monotonic)
         self.cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        self.clocks = (time.monotonic(), time.thread_time(), time.process_time())
+        self.clocks = self._read_clocks()
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
@@ -160,7 +164,7 @@ class ConcurrencyController:
     def spider_opened(self) -> None:
         extensions = getattr(getattr(self.crawler, "extensions", None), "middlewares", ())
         self.probe = next((e for e in extensions if isinstance(e, LoopLagProbe)), None)
-        self.clocks = (time.monotonic(), time.thread_time(), time.process_time())
+        self.clocks = self._read_clocks()
         self.adjust()
 
     def spider_closed(self) -> None:
@@ -172,11 +176,13 @@ class ConcurrencyController:
                     get("crawler/concurrency/in_flight_max", 0), get("crawler/concurrency/cap_max", 0),
                     get("crawler/concurrency/limit", "-"))
 
-    def _schedule(self) -> None:
-        from twisted.internet import reactor
+    def _read_clocks(self) -> tuple[float, float, float]:
+        """The crawl's clock, and the CPU time of the loop's thread and of the process."""
+        return self.clock.monotonic(), time.thread_time(), time.process_time()
 
-        self.expected = time.monotonic() + self.interval
-        self.call = reactor.callLater(self.interval, self.adjust)  # type: ignore[attr-defined]
+    def _schedule(self) -> None:
+        self.expected = self.clock.monotonic() + self.interval
+        self.call = self.clock.timers.callLater(self.interval, self.adjust)
 
     def adjust(self) -> None:
         """Read the inputs, set the downloader's cap, schedule the next adjustment."""
@@ -195,7 +201,7 @@ class ConcurrencyController:
             self._schedule()
 
     def inputs(self, in_flight: int) -> Inputs:
-        now, thread_now, process_now = time.monotonic(), time.thread_time(), time.process_time()
+        now, thread_now, process_now = self._read_clocks()
         then, thread_then, process_then = self.clocks
         self.clocks = (now, thread_now, process_now)
         wall = max(now - then, 1e-6)

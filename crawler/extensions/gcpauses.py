@@ -69,6 +69,10 @@ class GcPauses:
         gc.callbacks.append(self._timed)
 
     def _timed(self, phase: str, info: dict[str, Any]) -> None:
+        # the real clock, not the crawl's (crawler/clock.py): a pause is the
+        # interpreter's own work between the collector's start and stop
+        # callbacks, which no code can interrupt to move a clock (on a test's
+        # clock every pause would read 0), as CPU time is measured on the CPU clocks
         if phase == "start":
             self.started = time.perf_counter()
             return

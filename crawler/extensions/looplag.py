@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from crawler.clock import SYSTEM, clock_of
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ class LoopLagProbe:
         self.interval = setting(crawler.settings, "CRAWLER_LOOP_PROBE_INTERVAL")
         if self.interval <= 0:
             raise NotConfigured
+        self.clock = clock_of(crawler)  # lateness is read on it; its timers run the probe
         self.stats = crawler.stats
         self.worst = 0.0
         self.recent = 0.0  # worst since the last worst_since()
@@ -52,21 +53,23 @@ class LoopLagProbe:
         self._schedule()
 
     def _schedule(self) -> None:
-        self.expected = time.monotonic() + self.interval
-        try:
-            # the asyncio loop's own timer: through Twisted's callLater, each
-            # tick ran the reactor's timer pass, and the engine's scheduling
-            # with it (13% more of its CPU per page in the open-web bench)
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not the asyncio reactor
-            from twisted.internet import reactor
-
-            self.call = reactor.callLater(self.interval, self._fire)  # type: ignore[attr-defined]
-            return
-        self.call = loop.call_later(self.interval, self._fire)
+        self.expected = self.clock.monotonic() + self.interval
+        if self.clock is SYSTEM:
+            try:
+                # the asyncio loop's own timer, on the system clock's time.monotonic
+                # too: through Twisted's callLater, each tick ran the reactor's timer
+                # pass, and the engine's scheduling with it (13% more of its CPU per
+                # page in the open-web bench)
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not the asyncio reactor: the reactor's timers
+                pass
+            else:
+                self.call = loop.call_later(self.interval, self._fire)
+                return
+        self.call = self.clock.timers.callLater(self.interval, self._fire)
 
     def _fire(self) -> None:
-        lag = max(0.0, (time.monotonic() - self.expected) * 1000)
+        lag = max(0.0, (self.clock.monotonic() - self.expected) * 1000)
         self.stats.set_value("crawler/loop/lag_ms", round(lag, 1))
         self.recent = max(self.recent, lag)
         if lag > self.worst:

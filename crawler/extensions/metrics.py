@@ -35,7 +35,6 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -81,10 +80,13 @@ COUNTERS: dict[str, tuple[str, Any]] = {
     "crawler_pages_truncated": ("Bodies cut at the size cap", "crawler/truncated"),
     "crawler_pages_non_html": ("Responses stopped as not HTML", "crawler/skipped/non_html"),
     "crawler_received_bytes": ("Body bytes received", "crawler/bytes_received"),
-    "crawler_dead_letters": ("Requests sent to the dead-letter queue",
-                             lambda s: sum(v for k, v in s.items() if k.startswith("crawler/dlq/"))),
+    "crawler_dead_letters_unrecorded": ("Dead letters lost: Redis was unreachable when they were written",
+                                        "crawler/dlq/unrecorded"),
     "crawler_download_errors": ("Download exceptions", "downloader/exception_count"),
 }
+
+#: the stats of dead letters: this prefix and the reason (``crawler_dead_letters_total{reason=...}``)
+DEAD_LETTER_STATS = "crawler/dlq/"
 
 #: the frontier's gauges: status() key -> help
 FRONTIER_GAUGES: dict[str, str] = {
@@ -214,11 +216,20 @@ class _Collector:
             family = CounterMetricFamily(name, text, labels=names)
             family.add_metric(self.labels, float(value or 0))
             yield family
-        uptime = GaugeMetricFamily("crawler_uptime_seconds", "Seconds since the crawl started", labels=names)
-        start = stats.get("start_time")
-        if start is not None:
-            uptime.add_metric(self.labels, (datetime.now(UTC) - start).total_seconds())
-        yield uptime
+        # stats crawler/dlq/<reason>, one series per reason seen (unrecorded ones: their own counter)
+        dead = CounterMetricFamily("crawler_dead_letters", "Requests sent to the dead-letter queue, by reason",
+                                   labels=[*names, "reason"])
+        for key, value in sorted(stats.items()):
+            if key.startswith(DEAD_LETTER_STATS) and key != "crawler/dlq/unrecorded":
+                dead.add_metric([*self.labels, key[len(DEAD_LETTER_STATS):]], float(value or 0))
+        yield dead
+        # a timestamp, as process_start_time_seconds: `time() - ...` is the uptime
+        start = GaugeMetricFamily("crawler_start_time_seconds", "Start time of the crawl since the Unix epoch, "
+                                  "in seconds", labels=names)
+        started = stats.get("start_time")
+        if started is not None:
+            start.add_metric(self.labels, started.timestamp())
+        yield start
         lag = GaugeMetricFamily("crawler_loop_lag_max_seconds",
                                 "Longest the event loop was late running a timer, this crawl", labels=names)
         lag.add_metric(self.labels, float(stats.get("crawler/loop/lag_max_ms", 0)) / 1000)

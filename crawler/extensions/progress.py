@@ -3,18 +3,23 @@ when the crawl ends; ``worst_stall`` is the event loop's worst lateness so
 far (``crawler/loop/lag_max_ms``, from the loop-lag probe):
 
     pages=1532 (153.2/s) queued=8120 domains=50 duplicates=4410 errors=12 worst_stall=12ms
+
+While Redis is away the line ends with the outage: ``redis=down(7 attempts)``
+(``crawler/redis/reconnect_attempts`` so far). The rate is measured, and the
+line scheduled, on the crawl's clock (``crawler/clock.py``).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
+from crawler.clock import clock_of
+from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -50,6 +55,7 @@ class Progress:
         if self.interval <= 0:
             raise NotConfigured
         self.crawler = crawler
+        self.clock = clock_of(crawler)  # the rate is read on it; its timers run the log
         self.domains: set[str] = set()
         self.loop: task.LoopingCall | None = None
         self.last_pages = 0
@@ -63,8 +69,9 @@ class Progress:
         return cls(crawler)
 
     def spider_opened(self) -> None:
-        self.last_time = time.monotonic()
+        self.last_time = self.clock.monotonic()
         self.loop = task.LoopingCall(self.log)
+        self.loop.clock = self.clock.timers
         self.loop.start(self.interval, now=False)
 
     def spider_closed(self) -> None:
@@ -87,7 +94,7 @@ class Progress:
         stats = self.crawler.stats
         assert stats is not None
         pages = stats.get_value("response_received_count", 0)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         rate = (pages - self.last_pages) / max(now - self.last_time, 1e-9)
         self.last_pages, self.last_time = pages, now
         queued = self.queued()
@@ -96,10 +103,13 @@ class Progress:
             + stats.get_value("downloader/exception_count", 0)
             - stats.get_value("downloader/exception_type_count/scrapy.exceptions.IgnoreRequest", 0)
         )
+        frontier = frontier_service(self.crawler)
+        down = frontier is not None and frontier.guard.down
         logger.info(
-            "pages=%d (%.1f/s) queued=%s domains=%d duplicates=%d errors=%d worst_stall=%.0fms in_flight=%s/%s",
+            "pages=%d (%.1f/s) queued=%s domains=%d duplicates=%d errors=%d worst_stall=%.0fms in_flight=%s/%s%s",
             pages, rate, "?" if queued is None else queued, len(self.domains),
             duplicates(stats.get_stats()), errors, stats.get_value("crawler/loop/lag_max_ms", 0),
             stats.get_value("crawler/concurrency/in_flight", "-"), stats.get_value("crawler/concurrency/cap", "-"),
+            f" redis=down({stats.get_value('crawler/redis/reconnect_attempts', 0)} attempts)" if down else "",
         )
         stats.set_value("crawler/domains_seen", len(self.domains))

@@ -42,6 +42,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.defer import deferred_from_coro
 from twisted.internet import task
 
+from crawler.clock import clock_of
 from crawler.fetch import received as raw_responses
 from crawler.meta import ROBOTS, TRUNCATED, WARC
 from crawler.worker import session_of as frontier_service
@@ -75,6 +76,7 @@ class WarcExtension:
         if not thread:
             self.max_queued = 0  # written by the reactor's thread
         self.crawler = crawler
+        self.clock = clock_of(crawler)  # pause lengths, blocked time, record dates; its timers run check()
         self.stats = crawler.stats
         self.prefix = ""
         self.writer: WarcWriter | None = None
@@ -82,6 +84,7 @@ class WarcExtension:
         self.paused_at: float | None = None
         self.free: int | None = None  # bytes free in the folder at the last look
         self._checker = task.LoopingCall(self.check)
+        self._checker.clock = self.clock.timers
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
         crawler.signals.connect(self.response_received, signal=signals.response_received)
@@ -94,7 +97,7 @@ class WarcExtension:
         shard = int(getattr(spider, "shard", 0))
         self.prefix = f"{spider.name}-{shard:03d}-{socket.gethostname()}-{os.getpid()}"
         self.writer = WarcWriter(self._name, level=self.level, max_bytes=self.max_bytes,
-                                 max_queued=self.max_queued, on_file=self._opened)
+                                 max_queued=self.max_queued, on_file=self._opened, clock=self.clock)
         frontier = frontier_service(self.crawler)
         if frontier is not None:
             frontier.keep_pages_with(self)  # a page's lease is released once it is stored
@@ -146,7 +149,7 @@ class WarcExtension:
                 request.url, request.method,
                 [(k, v) for k, vs in request.headers.items() for v in vs], request.body or b"",
                 response.status, response_headers, response.body,
-                truncated=truncated, date=time.time(), raw_head=raw_head, raw_body=raw_body,
+                truncated=truncated, date=self.clock.time(), raw_head=raw_head, raw_body=raw_body,
                 dataloss=dataloss, ip=str(response.ip_address or ""),
             ))
         except WarcFailed:
@@ -197,7 +200,7 @@ class WarcExtension:
             self.crawler.engine.pause()  # no new work from now on
         from twisted.internet import reactor
 
-        reactor.callLater(0, self._close)  # type: ignore[attr-defined]
+        reactor.callLater(0, self._close)  # type: ignore[attr-defined]  # the reactor's next turn: not a time
 
     def _close(self) -> None:
         engine = self.crawler.engine
@@ -214,14 +217,14 @@ class WarcExtension:
         if engine is None:
             return
         if free < self.min_free and self.paused_at is None:
-            self.paused_at = time.monotonic()
+            self.paused_at = self.clock.monotonic()
             engine.pause()
             self.stats.inc_value("crawler/warc/low_space_pauses")
             logger.warning("Low disk space for WARC files in %s: %d MB free, under CRAWLER_WARC_MIN_FREE "
                            "(%d MB): fetching paused until space returns", self.directory, free // 10**6,
                            self.min_free // 10**6)
         elif free >= self.min_free and self.paused_at is not None:
-            paused = time.monotonic() - self.paused_at
+            paused = self.clock.monotonic() - self.paused_at
             self.paused_at = None
             engine.unpause()
             self.stats.inc_value("crawler/warc/low_space_seconds", round(paused, 3))
@@ -233,7 +236,7 @@ class WarcExtension:
         not finish (what it did not fetch waits in the frontier), and its
         exit error says why, unless an earlier one (a failed write) already does."""
         assert self.paused_at is not None
-        paused = time.monotonic() - self.paused_at
+        paused = self.clock.monotonic() - self.paused_at
         self.paused_at = None
         self.stats.inc_value("crawler/warc/low_space_seconds", round(paused, 3))
         self.stats.set_value("crawler/warc/closed_paused", 1)

@@ -26,7 +26,6 @@ import ipaddress
 import logging
 import re
 import socket
-import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from encodings.idna import ToASCII
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from scrapy.exceptions import CannotResolveHostError, IgnoreRequest
 
+from crawler.clock import SYSTEM, Clock
 from crawler.resolver import HostMap, parse_host_map
 from crawler.settings_registry import setting
 
@@ -149,7 +149,8 @@ class _Entry(NamedTuple):
 
 
 class Addresses:
-    def __init__(self, settings: BaseSettings, stats: StatsCollector) -> None:
+    def __init__(self, settings: BaseSettings, stats: StatsCollector, clock: Clock = SYSTEM) -> None:
+        self.clock = clock  # the cache's lifetimes are measured on it (crawler/clock.py)
         self.host_map = HostMap(parse_host_map(setting(settings, "CRAWLER_HOST_MAP")))
         self.block = setting(settings, "CRAWLER_BLOCK_PRIVATE")
         self.allowed = Allowed(setting(settings, "CRAWLER_ALLOW_PRIVATE"))
@@ -171,7 +172,7 @@ class Addresses:
         """Every address of ``host`` the crawler may go to, in the resolver's
         order; refused if none is allowed."""
         entry = self.cache.get(host)
-        if entry is None or entry.expires <= time.monotonic():
+        if entry is None or entry.expires <= self.clock.monotonic():
             if entry is not None:
                 self.stats.inc_value("crawler/dns/expired")
             entry = await self._entry(host)
@@ -188,7 +189,7 @@ class Addresses:
         return list(entry.permitted)
 
     async def _entry(self, host: str) -> _Entry:
-        expires = time.monotonic() + self.ttl
+        expires = self.clock.monotonic() + self.ttl
         addresses = await self._lookup(host)
         if not self.block:
             return _Entry(expires, addresses, ())

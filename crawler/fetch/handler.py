@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +66,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from twisted.internet.ssl import Certificate
 from twisted.python.failure import Failure
 
+from crawler.clock import clock_of
 from crawler.fetch import received
 from crawler.fetch._address import Address, Addresses
 from crawler.fetch._decode import accepted
@@ -127,7 +127,8 @@ class DownloadHandler(BaseDownloadHandler):
         self.idle_timeout = setting(settings, "CRAWLER_KEEPALIVE_TIMEOUT") if keeps_alive(settings) else 0.0
         self.bind = _bind_address(settings.get("DOWNLOAD_BIND_ADDRESS"))
         self.accept_encoding = accepted()
-        self.addresses = Addresses(settings, crawler.stats)
+        self.clock = clock_of(crawler)
+        self.addresses = Addresses(settings, crawler.stats, self.clock)
         self.proxy_dns = setting(settings, "CRAWLER_PROXY_DNS")  # who resolves a proxied target's name
         self.tls = TLS(settings)
         self.idle: dict[Key, list[Connection]] = {}
@@ -171,7 +172,7 @@ class DownloadHandler(BaseDownloadHandler):
 
     async def fetch(self, request: Request, url: ParseResult, key: Key, target: tuple[str, str, int],
                     proxy: Proxy | None) -> Response:
-        start = time.monotonic()
+        start = self.clock.monotonic()
         scheme, host, port = target
         if proxy is None:
             connection = self.pooled(key)
@@ -372,7 +373,7 @@ class DownloadHandler(BaseDownloadHandler):
             self.stats.inc_value("crawler/tls/resumed")
 
     def head_received(self, request: Request, start: float, exchange: Exchange) -> bool:
-        request.meta["download_latency"] = time.monotonic() - start
+        request.meta["download_latency"] = self.clock.monotonic() - start
         headers = exchange.scrapy_headers = Headers(exchange.headers)
         expected = exchange.length if exchange.length >= 0 and not exchange.chunked else None
         # the smaller cap acts once the length is known: DOWNLOAD_MAXSIZE (or meta download_maxsize)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING
 
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import load_object
 
+from crawler.clock import SYSTEM, Clock, clock_of
 from crawler.fetch.errors import FINAL
 from crawler.fetch.errors import reason as failure_reason
 from crawler.meta import ATTEMPTS, DEAD, DELAY, ROBOTS
@@ -68,9 +68,11 @@ def retry_http_codes(settings: BaseSettings) -> frozenset[int] | None:
     return parsed
 
 
-def parse_retry_after(value: bytes | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date);
-    None for anything else (``"²".isdigit()`` is true: ASCII digits only)."""
+def parse_retry_after(value: bytes | None, now: float | None = None, *, clock: Clock = SYSTEM) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP date,
+    whose distance is taken from ``now``, else ``clock.time()``: the crawl's
+    clock, ``crawler/clock.py``); None for anything else (``"²".isdigit()``
+    is true: ASCII digits only)."""
     if not value:
         return None
     text = value.decode("latin-1").strip()
@@ -80,7 +82,7 @@ def parse_retry_after(value: bytes | None, now: float | None = None) -> float | 
         when = parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return max(0.0, when.timestamp() - (clock.time() if now is None else now))
 
 
 class BackoffMiddleware:
@@ -91,6 +93,7 @@ class BackoffMiddleware:
         if not uses_frontier(crawler):
             raise NotConfigured("BackoffMiddleware needs the frontier scheduler")
         self.crawler = crawler
+        self.clock = clock_of(crawler)  # what a Retry-After date is measured from
         self.stats = crawler.stats
         self.base = setting(settings, "CRAWLER_BACKOFF_BASE")
         self.max = setting(settings, "CRAWLER_BACKOFF_MAX")
@@ -127,7 +130,7 @@ class BackoffMiddleware:
         if not self._retryable(status):
             return response
         header = response.headers.get(b"Retry-After")
-        retry_after = parse_retry_after(header)
+        retry_after = parse_retry_after(header, clock=self.clock)
         if header and retry_after is None:
             self.stats.inc_value("crawler/backoff/retry_after_ignored")
         retry = self._retry(request, f"http_{status}", status, retry_after,

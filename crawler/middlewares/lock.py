@@ -14,13 +14,13 @@ counted as stale locks (``crawler/lock/stale``).
 from __future__ import annotations
 
 import random
-import time
 import uuid
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
 
 from scrapy.exceptions import NotConfigured
 
+from crawler.clock import clock_of
 from crawler.meta import DELAY, LOCK, ROBOTS
 from crawler.worker import uses_frontier
 from crawler.identity import domain_of, host_of
@@ -42,12 +42,13 @@ class DomainLockMiddleware:
         if not setting(settings, "CRAWLER_LOCK_ENABLED") or not uses_frontier(crawler):
             raise NotConfigured
         self.crawler = crawler
+        self.clock = clock_of(crawler)  # paces the reads of the live lock-domain set
         self.stats = crawler.stats
         self.ttl_ms = int(lock_ttl(settings) * 1000)
         self.wait = setting(settings, "CRAWLER_LOCK_WAIT")
         self.patterns = [p.lower() for p in setting(settings, "CRAWLER_LOCK_DOMAINS")]
         self.live: set[str] = set()
-        self.live_read = 0.0
+        self.live_read: float | None = None  # the clock's monotonic() at the last read; None: never read
         self.random = random.Random()
 
     @classmethod
@@ -58,8 +59,8 @@ class DomainLockMiddleware:
         frontier = frontier_service(self.crawler)
         if frontier is None:
             return False
-        now = time.monotonic()
-        if now - self.live_read > _REFRESH:
+        now = self.clock.monotonic()
+        if self.live_read is None or now - self.live_read > _REFRESH:
             self.live = frontier.locks.live_domains()
             self.live_read = now
         if domain in self.live or host in self.live:

@@ -40,7 +40,6 @@ import logging
 import multiprocessing
 import random
 import signal
-import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -52,7 +51,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http.request import NO_CALLBACK
 
-from crawler.clock import SYSTEM
+from crawler.clock import clock_of
 from crawler.fallback import cannot_connect, fallback_request
 from crawler.meta import DEAD, DELAY, END, LEASE, MAX_PAGE_BYTES, ROBOTS
 from crawler.middlewares.useragent import robots_agent
@@ -100,6 +99,7 @@ class SharedRobotsMiddleware:
         if not settings.getbool("ROBOTSTXT_OBEY") or not uses_frontier(crawler):
             raise NotConfigured
         self.crawler = crawler
+        self.clock = clock_of(crawler)  # the cache's lifetime, the wait for a fetch, the fetch marks
         self.stats = crawler.stats
         self.ttl = setting(settings, "CRAWLER_ROBOTS_TTL")
         self.retry = setting(settings, "CRAWLER_ROBOTS_RETRY")
@@ -188,7 +188,7 @@ class SharedRobotsMiddleware:
     async def verdict(self, origin: str) -> Rules | Wait:
         """The rules of ``origin``, or how long its requests wait for them."""
         cached = self.local.get(origin)
-        if cached is not None and cached[1] > time.monotonic():
+        if cached is not None and cached[1] > self.clock.monotonic():
             return cached[0]
         pending = self.fetching.get(origin)
         if pending is not None:  # another request of this process is on it
@@ -201,7 +201,7 @@ class SharedRobotsMiddleware:
             except redis.exceptions.OutOfMemoryError:
                 # Redis is full: fetch for this process alone rather than stop
                 self.stats.inc_value("crawler/robots/unshared")
-                result = await self._step(origin, None, time.time(), store=None)
+                result = await self._step(origin, None, self.clock.time(), store=None)
             future.set_result(result)
             return result
         except BaseException as exc:
@@ -221,7 +221,7 @@ class SharedRobotsMiddleware:
 
     async def _shared(self, origin: str) -> Rules | Wait:
         store = self._frontier().robots
-        deadline = time.monotonic() + _FETCH_LOCK_MS / 1000
+        deadline = self.clock.monotonic() + _FETCH_LOCK_MS / 1000
         token = uuid.uuid4().hex
         while True:
             record, ttl_ms, now = store.get(origin)
@@ -230,9 +230,9 @@ class SharedRobotsMiddleware:
                 return found
             if store.claim(origin, token, _FETCH_LOCK_MS):
                 break
-            if time.monotonic() > deadline:
+            if self.clock.monotonic() > deadline:
                 break  # the fetcher died: fetch it ourselves
-            await asyncio.sleep(_WAIT_STEP)
+            await self._pause(_WAIT_STEP)
         try:
             # another process may have stored it between our read and our claim
             record, ttl_ms, now = store.get(origin)
@@ -352,9 +352,15 @@ class SharedRobotsMiddleware:
         return response, None, False
 
     def _now(self) -> float:
-        """The scheduler's clock (``crawler/clock.py``): what ``Lease.fetched`` reads ages on."""
-        frontier = frontier_service(self.crawler)
-        return (frontier.clock if frontier is not None else SYSTEM).monotonic()
+        """The crawl's clock (``crawler/clock.py``): what ``note_fetch`` reads ages on."""
+        return self.clock.monotonic()
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` on the crawl's clock (its timers: a test's clock
+        moves it), while another process fetches robots.txt."""
+        from twisted.internet.task import deferLater
+
+        await deferLater(self.clock.timers, seconds).asFuture(asyncio.get_running_loop())
 
     def _note_hop(self, origin: str, url: str) -> None:
         """A hop to another domain took that domain's turn too."""
@@ -394,7 +400,7 @@ class SharedRobotsMiddleware:
     def _keep(self, origin: str, rules: Rules, ttl: float) -> None:
         if len(self.local) >= _LOCAL:
             del self.local[next(iter(self.local))]
-        self.local[origin] = (rules, time.monotonic() + min(ttl, _LOCAL_TTL))
+        self.local[origin] = (rules, self.clock.monotonic() + min(ttl, _LOCAL_TTL))
 
     def _apply_crawl_delay(self, origin: str, rules: Rules) -> None:
         delay = rules.crawl_delay()

@@ -35,9 +35,9 @@ import redis
 from scrapy import signals
 
 from crawler._compat import downloader_load, engine_busy, missing, wake_engine
-from crawler.clock import SYSTEM, Clock, from_path
+from crawler.clock import SYSTEM, Clock, clock_of, use_clock
 from crawler.connection import get_redis, mask_url
-from crawler.settings_registry import SettingsError, setting
+from crawler.settings_registry import setting
 from crawler.store import LOST, Keys, codec
 from crawler.worker import WorkerSession
 from crawler.worker.config import FrontierSettings, on_loss_policy, warn_ignored
@@ -102,7 +102,7 @@ class FrontierScheduler:
     def __init__(self, crawler: Crawler, server: redis.Redis, config: FrontierSettings,
                  clock: Clock = SYSTEM) -> None:
         self.crawler = crawler
-        self.clock = clock
+        self.clock = use_clock(crawler, clock)  # the crawl's one clock (crawler/clock.py)
         self.spider: Spider | None = None
         self._turn = 0  # requests handed out in this turn of the event loop
         settings = crawler.settings
@@ -117,10 +117,7 @@ class FrontierScheduler:
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
         # a SettingsError or RedisUnavailable fails the crawl; the command layer says it in one line
         config = FrontierSettings.from_settings(crawler.settings)
-        try:
-            clock = from_path(setting(crawler.settings, "CRAWLER_CLOCK"))  # for tests and simulations
-        except ValueError as exc:
-            raise SettingsError(f"CRAWLER_CLOCK {exc}") from None
+        clock = clock_of(crawler)  # CRAWLER_CLOCK: for tests and simulations
         server = get_redis(crawler.settings)
         warn_ignored(crawler.settings)
         return cls(crawler, server, config, clock)

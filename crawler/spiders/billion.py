@@ -13,7 +13,6 @@ one a line) or ``redis:<key>`` (a Redis list or set of such lines).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from scrapy.spidermiddlewares.referer import RefererMiddleware
 from scrapy.spidermiddlewares.urllength import UrlLengthMiddleware
 from twisted.python.failure import Failure
 
+from crawler.clock import clock_of
 from crawler.fallback import cannot_connect, fallback_request
 from crawler.links import LinkExtractor
 from crawler.meta import FALLBACK
@@ -231,12 +231,13 @@ class BillionSpider(scrapy.Spider):
         Checks stop after ``_ROBOTS_CHECK_BUDGET`` seconds: the rest are
         queued and checked when fetched, so no page holds the event loop."""
         known_disallowed = self.robots.known_disallowed
-        deadline = time.perf_counter() + _ROBOTS_CHECK_BUDGET
+        clock = clock_of(self.crawler)  # the budget is spent on the crawl's clock (crawler/clock.py)
+        deadline = clock.monotonic() + _ROBOTS_CHECK_BUDGET
         allowed = []
         for i, link in enumerate(links):
             if not known_disallowed(link):
                 allowed.append(link)
-            if i & 63 == 63 and time.perf_counter() > deadline:
+            if i & 63 == 63 and clock.monotonic() > deadline:
                 rest = links[i + 1:]
                 self.crawler.stats.inc_value("crawler/links/robots_unchecked", len(rest))
                 allowed += rest

@@ -18,7 +18,6 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from crawler.clock import SYSTEM, ManualClock, check_path, from_path
-from crawler.meta import LEASE
 from crawler.scheduler import FrontierScheduler
 from crawler.worker.config import FrontierSettings
 from crawler.worker._intake import MAX_POLL_WAIT, Intake

@@ -14,7 +14,6 @@ from scrapy.settings import Settings
 
 from crawler.clock import ManualClock, clock_of, use_clock
 from crawler.middlewares.backoff import BackoffMiddleware, parse_retry_after
-from crawler.middlewares.lock import DomainLockMiddleware
 from crawler.middlewares.useragent import product_token, user_agent
 from crawler.store import Frontier
 from crawler.store import Keys

@@ -236,3 +236,46 @@ def test_frontier_lost_mid_crawl(volatile_redis: RedisServer, make_web, tmp_path
         assert after > 20  # it went on crawling
         assert len(fetched) >= 200  # and reached (nearly) every page again
     assert proc.returncode != 0, f"exit status {proc.returncode}: the loss must fail the crawl"
+
+
+def test_a_lua_error_is_logged_with_its_cost_and_the_timer_goes_on(redis_url: str, clock, caplog) -> None:
+    """A Redis error that is not an outage (here a script's WRONGTYPE, from a
+    key another program overwrote) is never swallowed: a write says what it
+    cost and counts it; the session's timer, whose flush then fails the same
+    way, logs it and keeps running."""
+    import logging
+
+    from scrapy import Request
+
+    from crawler.clock import use_clock
+    from crawler.scheduler import FrontierScheduler
+    from tests.servers import crawler_for
+
+    crawler = crawler_for(redis_url, SCHEDULER="crawler.scheduler.FrontierScheduler", CRAWLER_FLUSH_INTERVAL=1.0,
+                          SCHEDULER_PERSIST=True)
+    use_clock(crawler, clock)
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    try:
+        session = scheduler.session
+        base = session.frontier.keys.base
+        client = redis.Redis.from_url(redis_url)
+        client.set(f"{base}:dom:a.test", "not a hash")  # every script touching a.test now fails
+        with caplog.at_level(logging.ERROR):
+            session.push_domain("http://a.test/x", 5)
+        assert crawler.stats.get_value("crawler/redis/errors") == 1
+        assert "push-back of a.test by 5 s not applied: ResponseError" in caplog.text
+        assert "WRONGTYPE" in caplog.text
+        assert crawler.stats.get_value("crawler/frontier/domain_pushbacks") is None
+
+        caplog.clear()
+        session.offer_request(Request("http://a.test/page"))
+        with caplog.at_level(logging.ERROR):
+            clock.advance(1.0)  # the timer's flush: enqueue.lua fails on the same key
+            clock.advance(1.0)  # and the timer still runs
+        assert crawler.stats.get_value("crawler/frontier/tick_errors") == 2
+        assert caplog.text.count("The frontier's timer failed") == 2
+        client.delete(f"{base}:dom:a.test")  # repaired: the request was kept, and is stored now
+    finally:
+        scheduler.close("finished")
+    assert client.zcard(f"{base}:ready") == 1 and crawler.stats.get_value("crawler/frontier/enqueued") == 1

@@ -60,8 +60,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from crawler.store import Frontier
-    from crawler.store import Keys
+    from crawler.worker import Frontier, Keys
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from scrapy.utils.misc import load_object
 
-from crawler.store import DEAD, DISALLOWED, ENDS, LOST, REDIRECTED, SKIPPED, STORED, UNKNOWN
+from crawler.store import DEAD, DISALLOWED, ENDS, LOST, REDIRECTED, SKIPPED, STORED, UNKNOWN, Frontier, Keys
 from crawler.worker._leases import Lease, Storage, end_of
 from crawler.worker.session import Engine, WorkerSession, session_of
 
@@ -21,5 +21,6 @@ def uses_frontier(crawler: Any) -> bool:
     return isinstance(cls, type) and bool(getattr(cls, "runs_worker_session", False))
 
 
-__all__ = ["DEAD", "DISALLOWED", "ENDS", "LOST", "REDIRECTED", "SKIPPED", "STORED", "UNKNOWN", "Engine", "Lease",
+__all__ = ["DEAD", "DISALLOWED", "ENDS", "LOST", "REDIRECTED", "SKIPPED", "STORED", "UNKNOWN", "Engine", "Frontier",
+           "Keys", "Lease",
            "Storage", "WorkerSession", "end_of", "session_of", "uses_frontier"]

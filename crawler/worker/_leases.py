@@ -36,10 +36,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
-from crawler.clock import SYSTEM, Clock
+from crawler.clock import Clock
 from crawler.meta import DEAD as DEAD_KEY
 from crawler.meta import END, NON_HTML
-from crawler.store import DEAD, ENDS, STORED, UNKNOWN, Leased
+from crawler.store import DEAD, ENDS, SKIPPED, STORED, UNKNOWN, Leased
 from crawler.worker._stats import inc
 
 logger = logging.getLogger(__name__)
@@ -61,12 +61,6 @@ class Ack(NamedTuple):
         if self.duration is None:
             return f"{self.lease}:{age}"
         return f"{self.lease}:{age}:{int(self.duration * 1000)}"
-
-
-def wire(acks: Iterable[str | Ack], now: float) -> list[str]:
-    """``acks`` as the scripts read them, their ages counted at ``now``
-    (the monotonic clock's, as the round trip leaves)."""
-    return [a if isinstance(a, str) else a.wire(now) for a in acks]
 
 
 def wire(acks: Iterable[str | Ack], now: float) -> list[str]:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from crawler.clock import SYSTEM, Clock
 from crawler.connection import REDIS_ERRORS, _reason, mask_url

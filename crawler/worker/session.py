@@ -273,6 +273,16 @@ class WorkerSession:
         self._guard.call(self._writes.send_acks)
 
     def _tick(self) -> None:
+        """The session's timer: a failure is logged and counted, and the
+        timer goes on (a stopped timer would leave leases unswept and the
+        crawl waiting forever)."""
+        try:
+            self._tick_once()
+        except Exception:
+            logger.exception("The frontier's timer failed; it goes on (crawler/frontier/tick_errors)")
+            inc(self.stats, "crawler/frontier/tick_errors")
+
+    def _tick_once(self) -> None:
         # acknowledgements found here leave within the ack interval, with a
         # dequeue (_send_acks), not whenever the next dequeue comes
         self._leases.stored()
@@ -338,6 +348,11 @@ class WorkerSession:
             self._intake.added()
 
     # --- state -----------------------------------------------------------
+
+    @property
+    def redis_down(self) -> bool:
+        """True while Redis is away (calls paused, retried with backoff)."""
+        return self._guard.down
 
     def busy(self) -> bool:
         """True while anything is buffered here, Redis is away, or the

@@ -28,8 +28,8 @@ import redis.connection  # noqa: E402
 from scrapy import Request, Spider  # noqa: E402
 from scrapy.utils.test import get_crawler  # noqa: E402
 
-from crawler.scheduler.frontier import Dedup, Frontier, Item  # noqa: E402
-from crawler.scheduler._redis import Keys  # noqa: E402
+from crawler.store import Dedup, Frontier, Item  # noqa: E402
+from crawler.store import Keys  # noqa: E402
 from tests.servers import RedisServer  # noqa: E402
 
 ROUND_TRIPS = 0
@@ -90,13 +90,13 @@ def run_scheduler(kind: str, url: str, pages: int, links: int, domains: int) -> 
     offered = 0
     for page_links in all_links:
         if kind == "ours (bulk URLs)":
-            offered += scheduler.add_urls(page_links, depth=1)
+            offered += scheduler.session.offer(page_links, depth=1)
         else:
             for link in page_links:
                 scheduler.enqueue_request(Request(link))
                 offered += 1
         if kind != "scrapy-redis":
-            scheduler.flush_pending()  # what the end of a page's output does
+            scheduler.session.flush()  # what the end of a page's output does
     t1 = time.perf_counter()
     rt1, cmd1 = ROUND_TRIPS, commands(client)
 
@@ -107,13 +107,13 @@ def run_scheduler(kind: str, url: str, pages: int, links: int, domains: int) -> 
             break
         fetched += 1
         if kind != "scrapy-redis":
-            scheduler.ack(request)
+            scheduler.session.lease_of(request).ack()  # type: ignore[union-attr]
     if kind != "scrapy-redis":
-        scheduler.flush_pending()
+        scheduler.session.flush()
     t2 = time.perf_counter()
     rt2, cmd2 = ROUND_TRIPS, commands(client)
     if kind != "scrapy-redis":
-        scheduler._flusher.stop()  # type: ignore[attr-defined]
+        scheduler.session._flusher.stop()  # type: ignore[union-attr]
     scheduler.close("finished")
     client.flushall()
     return {

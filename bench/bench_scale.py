@@ -23,9 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from crawler.scheduler import _codec as codec  # noqa: E402
-from crawler.scheduler.frontier import Frontier, Item  # noqa: E402
-from crawler.scheduler._redis import Keys  # noqa: E402
+from crawler.store import codec  # noqa: E402
+from crawler.store import Frontier, Item  # noqa: E402
+from crawler.store import Keys  # noqa: E402
 from devkit.testweb.config import WebConfig  # noqa: E402
 from devkit.testweb.control import TestWebProcess  # noqa: E402
 from tests.servers import RedisServer, cpu_seconds  # noqa: E402

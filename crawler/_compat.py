@@ -5,9 +5,13 @@ Scrapy has no public way to ask which requests its engine still holds, or to
 wake its loop; both are read from its private state here. When a release
 moves them, these functions answer ``None``/``False`` instead of raising, the
 caller says so once in the log, and ``tests/test_compat.py`` fails naming
-what moved. pyOpenSSL's private bindings have their own module with the same
-contract (:mod:`crawler.fetch._openssl`, which refuses to import instead);
-:func:`missing` reports both.
+what moved. Two other packages' private names are read beside the code
+that uses them, each with its own contract, and are listed and checked here
+through their package's public surface: pyOpenSSL's and cryptography's
+bindings (``crawler.fetch.tls_private()``; ``_openssl.py`` refuses to import
+instead) and Protego's rule internals (``crawler.robots.protego_private()``).
+:func:`private_names` lists every private name the crawler uses with the
+version range it was read from; :func:`missing` reports what moved.
 
 Checked against: Scrapy ``SCRAPY`` (``ExecutionEngine._slot.inprogress`` and
 ``.nextcall``, ``Scraper.slot.active``/``.queue``, the stats collector's
@@ -76,12 +80,32 @@ def set_downloader_cap(engine: Any, cap: int) -> bool:
     return True
 
 
+#: Scrapy's private or unsettled names the functions above read
+SCRAPY_NAMES = ("ExecutionEngine._slot.inprogress", "ExecutionEngine._slot.nextcall", "Scraper.slot.active",
+                "Scraper.slot.queue", "StatsCollector.__getattribute__", "Downloader.active",
+                "Downloader.total_concurrency")
+
+
+def private_names() -> dict[str, tuple[dict[str, str], list[str]]]:
+    """Every private name of another package the crawler reads, by package:
+    ``{package: (the version ranges it was read from, names)}``."""
+    from crawler.fetch import tls_private
+    from crawler.robots import protego_private
+
+    tls_ranges, tls_names, _ = tls_private()
+    protego_ranges, protego_names, _ = protego_private()
+    return {"scrapy": ({"scrapy": SCRAPY}, list(SCRAPY_NAMES)),
+            "pyOpenSSL": (tls_ranges, tls_names),
+            "protego": (protego_ranges, protego_names)}
+
+
 def missing(engine: Any = None) -> list[str]:
     """The private names the crawler uses that the installed Scrapy (with a
-    running ``engine``, when given) and pyOpenSSL lack."""
-    from crawler.fetch import _openssl  # importing it checks pyOpenSSL's names
+    running ``engine``, when given), pyOpenSSL and Protego lack."""
+    from crawler.fetch import tls_private
+    from crawler.robots import protego_private
 
-    gone = list(_openssl.missing())
+    gone = tls_private()[2] + protego_private()[2]
     from scrapy.statscollectors import StatsCollector
 
     if "__getattribute__" not in vars(StatsCollector):

@@ -50,8 +50,8 @@ from crawler.middlewares.robots import SharedRobotsMiddleware
 from crawler.middlewares.sizecap import SizeCapMiddleware
 from crawler.middlewares.useragent import ContactUserAgentMiddleware
 from crawler.middlewares.acks import FrontierAckDownloaderMiddleware, FrontierAckSpiderMiddleware
-from crawler.scheduler._config import adopt_scrapy_delays
-from crawler.scheduler.identity import Fingerprinter
+from crawler.worker.config import adopt_scrapy_delays
+from crawler.identity import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
 from crawler.settings_registry import setting, validate
 

@@ -6,11 +6,11 @@
 and the extensions share one instance), or a ``clock=`` argument
 (:data:`SYSTEM` by default) where it has no crawler:
 
-- the frontier scheduler (``crawler/scheduler``): the Lua scripts'
-  ``now_ms()`` (``lua/_lib.lua``), the acknowledgements' ages, the epoch's
-  last look, ``Intake`` (dequeue pacing, idle close), ``Marks``,
-  ``RedisGuard`` (reconnect backoff), ``LossWatch``, ``WriteBuffer``,
-  ``Inbox``, ``EngineWaker`` and the scheduler's tick (timers);
+- the frontier (``crawler/store``): the Lua scripts' ``now_ms()``
+  (``lua/_lib.lua``), the acknowledgements' ages, the epoch's last look;
+- the worker session (``crawler/worker``): dequeue pacing and the idle close,
+  when responses began and ended, the reconnect backoff, the epoch check, the
+  acknowledgement interval, the drain pace, and the scheduler's tick (timers);
 - the middlewares: robots.txt (the process's cache lifetime, the wait for
   another process's fetch, fetch marks), backoff (a ``Retry-After`` date's
   distance), the domain lock (the refresh of the live lock-domain set);

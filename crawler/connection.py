@@ -25,6 +25,11 @@ from scrapy.settings import BaseSettings
 
 from crawler.settings_registry import setting
 
+#: the Redis errors of an outage (Redis away, not answering, loading): the
+#: worker pauses and retries; any other Redis error is a fault, raised or
+#: logged with what it cost, never dropped
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
+
 __all__ = ["RedisUnavailable", "configured_url", "get_redis", "mask_url", "persistence_warning", "redis_url",
            "scrapy_redis_parts"]
 

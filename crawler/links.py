@@ -18,7 +18,7 @@ from selectolax.lexbor import LexborHTMLParser
 from crawler._fastjoin import FastJoin
 from crawler._hrefscan import risky, scan
 from crawler.robots import meta_nofollow
-from crawler.scheduler.identity import Canonicalizer, canonicalize
+from crawler.identity import Canonicalizer, canonicalize
 
 # fragment-only links are left out in C already; <meta name content> for
 # page-level robots directives

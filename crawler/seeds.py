@@ -13,7 +13,7 @@ from ada_url import normalize_url
 from scrapy.settings import BaseSettings
 
 from crawler.connection import get_redis
-from crawler.scheduler.identity import canonicalize
+from crawler.identity import canonicalize
 
 
 @dataclass(frozen=True)

@@ -298,6 +298,7 @@ RULES: tuple[str, ...] = (
 # component paths of earlier releases, and where they are now
 MOVED = {
     "crawler.scheduler.fingerprint.Fingerprinter": "crawler.scheduler.Fingerprinter",
+    "crawler.scheduler.identity.Fingerprinter": "crawler.scheduler.Fingerprinter",
     "crawler.scheduler.acks.FrontierAckDownloaderMiddleware": "crawler.middlewares.acks.FrontierAckDownloaderMiddleware",
     "crawler.scheduler.acks.FrontierAckSpiderMiddleware": "crawler.middlewares.acks.FrontierAckSpiderMiddleware",
 }

@@ -24,7 +24,7 @@ from scrapy.utils.project import get_project_settings
 
 from crawler.connection import RedisUnavailable, get_redis, mask_url, redis_url
 from crawler.extensions.progress import duplicates
-from crawler.scheduler._leases import describe
+from crawler.store import describe
 from devkit.testweb.config import WebConfig
 from devkit.testweb.control import TestWebProcess
 

@@ -15,7 +15,7 @@ import redis
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.links import LinkExtractor
-from crawler.scheduler.identity import domain_of
+from crawler.identity import domain_of
 from crawler.seeds import parse_seeds
 from crawler.sharding import shard_of
 from tests.servers import ROOT, RedisServer, run_scrapy, scrapy_env, wait_until

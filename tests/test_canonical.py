@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scrapy import Request
 
-from crawler.scheduler.identity import Canonicalizer, _normalise_escapes, canonicalize
-from crawler.scheduler.identity import domain_of, host_of, registered_domain
-from crawler.scheduler.identity import Fingerprinter
+from crawler.identity import Canonicalizer, _normalise_escapes, canonicalize
+from crawler.identity import domain_of, host_of, registered_domain
+from crawler.identity import Fingerprinter
 
 label = st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=1, max_size=10)
 host = st.lists(label, min_size=1, max_size=3).map(lambda ls: ".".join(ls) + ".com")

@@ -1,6 +1,6 @@
 """The clock tests control (``crawler/clock.py``), and the scheduler's parts
 that measure time, run on it against a real Redis: dequeue pacing
-(``Intake``), politeness marks (``Marks``), the acknowledgement and flush
+(``Intake``), politeness marks (``Lease``), the acknowledgement and flush
 intervals (``WriteBuffer``, the scheduler's tick), the reconnect backoff
 (``RedisGuard``) and the epoch check (``LossWatch``). Nothing sleeps: each
 test moves the clock and looks."""
@@ -18,21 +18,15 @@ from scrapy import Request
 from scrapy.settings import Settings
 
 from crawler.clock import SYSTEM, ManualClock, check_path, from_path
-from crawler.meta import LEASE
 from crawler.scheduler import FrontierScheduler
-from crawler.scheduler._config import FrontierSettings
-from crawler.scheduler._intake import MAX_POLL_WAIT, Intake
-from crawler.scheduler._leases import STORED, Ack, Marks
-from crawler.scheduler._outage import (
-    CHECK_EVERY,
-    VANISHED,
-    FrontierLost,
-    LossWatch,
-    RedisGuard,
-)
-from crawler.scheduler._redis import Keys, _with_clock
-from crawler.scheduler._writes import Outbox, WriteBuffer
-from crawler.scheduler.frontier import Frontier, Item, Politeness
+from crawler.worker.config import FrontierSettings
+from crawler.worker._intake import MAX_POLL_WAIT, Intake
+from crawler.store import STORED, VANISHED, FrontierLost, Leased
+from crawler.worker._leases import Ack, Leases
+from crawler.worker._outage import CHECK_EVERY, LossWatch, RedisGuard
+from crawler.store.keys import Keys, _with_clock
+from crawler.worker._writes import Outbox, WriteBuffer
+from crawler.store import Frontier, Item, Politeness
 from crawler.settings_registry import SettingsError, setting
 from tests.servers import crawler_for, free_port
 
@@ -109,7 +103,7 @@ def test_crawler_clock_setting_names_the_schedulers_clock(redis_url: str) -> Non
         check_path("crawler.clock.re")
     scheduler = FrontierScheduler.from_crawler(crawler_for(redis_url, CRAWLER_CLOCK="crawler.clock:ManualClock"))
     assert isinstance(scheduler.clock, ManualClock)  # a callable: called once
-    assert scheduler.guard.clock is scheduler.clock and scheduler.leases.marks.clock is scheduler.clock
+    assert scheduler.session._guard.clock is scheduler.clock and scheduler.session._leases.clock is scheduler.clock
     assert FrontierScheduler.from_crawler(crawler_for(redis_url)).clock is SYSTEM
 
 
@@ -251,16 +245,16 @@ def test_pending_requests_right_after_this_worker_stored_them(redis_url: str, cl
     scheduler = open_on(redis_url, clock)
     try:
         assert not scheduler.has_pending_requests()  # nothing anywhere: idle
-        scheduler.add_urls(["http://a.test/1"], canonical=True)
+        scheduler.session.offer(["http://a.test/1"], canonical=True)
         assert scheduler.has_pending_requests()  # buffered here
-        scheduler.flush_pending()  # stored: the buffer is empty, Redis holds it
-        assert not scheduler.writes and not scheduler.intake.buffer
+        scheduler.session.flush()  # stored: the buffer is empty, Redis holds it
+        assert not scheduler.session._writes and not scheduler.session._intake.buffer
         assert scheduler.has_pending_requests()
         request = scheduler.next_request()
         assert request is not None
         scheduler.enqueue_request(request.replace(meta={**request.meta, "crawler_delay": 5}))  # a retry
-        scheduler.flush_pending()  # in the delayed set, its lease acknowledged with it
-        assert scheduler.frontier is not None and scheduler.frontier.pending() == 1
+        scheduler.session.flush()  # in the delayed set, its lease acknowledged with it
+        assert scheduler.session.frontier is not None and scheduler.session.frontier.pending() == 1
         assert scheduler.has_pending_requests()
     finally:
         scheduler.close("finished")
@@ -288,42 +282,47 @@ def test_a_page_stored_late_is_acknowledged_within_the_ack_interval(redis_url: s
     scheduler = open_on(redis_url, clock, CRAWLER_DOMAIN_DELAY=0.05)
     try:
         storage = Storage()
-        scheduler.service.keep_pages_with(storage)
-        scheduler.add_urls(["http://a.test/1", "http://a.test/2"], canonical=True)
-        scheduler.flush_pending()
+        scheduler.session.keep_pages_with(storage)
+        scheduler.session.offer(["http://a.test/1", "http://a.test/2"], canonical=True)
+        scheduler.session.flush()
         request = scheduler.next_request()
         assert request is not None and scheduler.next_request() is None  # a.test is parked
-        scheduler.ack(request, STORED)
-        assert scheduler.leases.held  # on its way to storage
+        scheduler.session.lease_of(request).ack(STORED)
+        assert scheduler.session._leases.held  # on its way to storage
         clock.advance(0.01)
         storage.kept.add(request.url)  # the writer holds it now
         clock.advance(0.01)  # the next look at storage, one ack interval (0.02) after the ack
-        assert not scheduler.leases.held and scheduler.writes.acks
+        assert not scheduler.session._leases.held and scheduler.session._writes.acks
         clock.advance(0.02)  # the acknowledgement leaves one ack interval later, with a dequeue
-        leases = scheduler.frontier.keys.leases if scheduler.frontier is not None else ""
-        assert not scheduler.leases.held and redis_client.zcard(leases) == 0
+        leases = scheduler.session.frontier.keys.leases if scheduler.session.frontier is not None else ""
+        assert not scheduler.session._leases.held and redis_client.zcard(leases) == 0
         clock.advance(0.05)  # the delay after the ack's mark: polled for then
         assert scheduler.next_request() is not None
     finally:
         scheduler.close("finished")
 
 
-# --- politeness marks (Marks) ---------------------------------------------
+# --- politeness marks (Lease) ---------------------------------------------
 
 
 @pytest.mark.parametrize(("delay_from", "age"), [("finish", 500), ("start", 750)])
 def test_marks_are_read_on_the_clock(redis_url: str, clock: ManualClock, delay_from: str, age: int) -> None:
-    marks = Marks(crawler_for(redis_url), delay_from, clock)
-    request = Request("http://a.test/", meta={LEASE: "7", "download_latency": 0.125})
-    marks.headers_received(request=request)
+    sent: list[Ack] = []
+    leases = Leases(clock, delay_from, crawler_for(redis_url).stats, sent.append, lambda *_: None,
+                    lambda _: None, lambda: None)
+    request = Request("http://a.test/", meta={"download_latency": 0.125})
+    lease = leases.new(Leased("7", "a.test", 0, b""))
+    leases.lend(lease, request)
+    lease.began()
     clock.advance(0.25)
-    marks.response_downloaded(response=None, request=request)
+    lease.ended(request.meta["download_latency"])
     clock.advance(0.5)
-    ack = marks.ack("7", STORED)
+    lease.ack(STORED)
+    (ack,) = sent
     assert ack.duration == 0.375  # the latency, then the body
     assert ack.wire(clock.monotonic()) == f"7:{age}:375:s"
     clock.advance(0.5)  # never sent: it ends now, its age 0 when sent now
-    assert marks.ack("8").wire(clock.monotonic()) == "8:0"
+    assert leases.new(Leased("8", "a.test", 0, b"")).acknowledgement().wire(clock.monotonic()) == "8:0"
 
 
 def test_an_acks_age_sets_the_domains_next_turn(redis_client: redis.Redis, clock: ManualClock) -> None:
@@ -365,16 +364,16 @@ def test_the_scheduler_stores_buffered_requests_every_flush_interval(redis_url: 
     try:
         assert scheduler.enqueue_request(Request("http://a.test/1"))
         clock.advance(0.499)
-        assert scheduler.frontier.queued() == 0  # buffered
+        assert scheduler.session.frontier.queued() == 0  # buffered
         clock.advance(0.001)  # the tick
-        assert scheduler.frontier.queued() == 1
+        assert scheduler.session.frontier.queued() == 1
         request = scheduler.next_request()
-        assert request is not None and redis_client.zcard(scheduler.frontier.keys.leases) == 1
-        scheduler.ack(request)
+        assert request is not None and redis_client.zcard(scheduler.session.frontier.keys.leases) == 1
+        scheduler.session.lease_of(request).ack()
         clock.advance(0.249)
-        assert redis_client.zcard(scheduler.frontier.keys.leases) == 1
+        assert redis_client.zcard(scheduler.session.frontier.keys.leases) == 1
         clock.advance(0.001)  # the acknowledgement interval: sent with a dequeue
-        assert redis_client.zcard(scheduler.frontier.keys.leases) == 0
+        assert redis_client.zcard(scheduler.session.frontier.keys.leases) == 0
     finally:
         scheduler.close("finished")
 
@@ -404,7 +403,7 @@ def test_reconnects_back_off_on_the_clock(clock: ManualClock, caplog: pytest.Log
     assert attempts == [0.0, 0.5, 1.5, 3.5, 7.5, 12.5]
     assert wakes == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]  # doubling, up to 5 s; the engine woken each time
     clock.advance(5.0)
-    with caplog.at_level(logging.WARNING, logger="crawler.scheduler._outage"):
+    with caplog.at_level(logging.WARNING, logger="crawler.worker._outage"):
         guard.call(lambda: None)
     assert not guard.down and "is back after 17.5s" in caplog.text
 
@@ -415,7 +414,7 @@ def test_reconnects_back_off_on_the_clock(clock: ManualClock, caplog: pytest.Log
 def test_an_idle_worker_looks_at_the_epoch_every_check_every(redis_client: redis.Redis, clock: ManualClock,
                                                              redis_url: str) -> None:
     f = make(redis_client, clock)
-    watch = LossWatch(crawler_for(redis_url), f, "stop")
+    watch = LossWatch(crawler_for(redis_url).stats, f, "stop", lambda: 0, lambda: None, lambda: None)
     clock.advance(CHECK_EVERY - 1)
     f.take(0)  # a dequeue looks too
     redis_client.delete(f.keys.key("epoch"))  # the frontier vanishes (a flush, say)

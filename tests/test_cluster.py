@@ -8,8 +8,8 @@ from hashlib import sha256
 import pytest
 from redis.cluster import RedisCluster, key_slot
 
-from crawler.scheduler.frontier import Dedup, Frontier, Item, Politeness
-from crawler.scheduler._redis import Keys
+from crawler.store import Dedup, Frontier, Item, Politeness
+from crawler.store import Keys
 from tests.servers import RedisClusterServers
 
 

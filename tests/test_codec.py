@@ -11,7 +11,7 @@ import pytest
 import scrapy
 from scrapy.utils.test import get_crawler
 
-from crawler.scheduler import _codec as codec
+from crawler.store import codec
 
 
 class _Spider(scrapy.Spider):

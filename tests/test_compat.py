@@ -74,3 +74,37 @@ def test_a_moved_internal_is_named_not_raised() -> None:
     assert _compat.downloader_load(moved) is None and _compat.set_downloader_cap(moved, 5) is False
     gone = _compat.missing(moved)
     assert "ExecutionEngine._slot.inprogress" in gone and "Scraper.slot.active" in gone
+
+
+def test_every_private_name_is_listed_with_its_range() -> None:
+    """``_compat.private_names()`` names every package whose private surface
+    the crawler reads, each with a range holding the installed version; and
+    no module outside the three that read such a surface imports a private
+    name of another package (an import the list would not know of)."""
+    import ast
+
+    listed = _compat.private_names()
+    assert set(listed) == {"scrapy", "pyOpenSSL", "protego"}
+    for package, (ranges, names) in listed.items():
+        assert names, package
+        for dist, spec in ranges.items():
+            assert version(dist) in SpecifierSet(spec), f"{dist} {version(dist)} outside {spec}"
+    flat = {name for _, names in listed.values() for name in names}
+    readers = {"crawler/_compat.py", "crawler/fetch/_openssl.py", "crawler/robots/_protego.py"}
+    strays = []
+    for path in sorted((ROOT / "crawler").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            if node.module.split(".")[0] == "crawler":
+                continue
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
+                if any(part.startswith("_") and not part.startswith("__") for part in dotted.split(".")):
+                    if rel not in readers:
+                        strays.append(f"{rel}: {dotted}")
+                    elif not any(name == dotted or name.startswith(dotted + ".") or dotted.endswith(name)
+                                 for name in flat):
+                        strays.append(f"{rel}: {dotted} (not in private_names())")
+    assert not strays, strays

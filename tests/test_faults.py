@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from crawler.scheduler import _codec as codec
-from crawler.scheduler.frontier import Frontier
-from crawler.scheduler._redis import Keys
+from crawler.store import codec
+from crawler.store import Frontier
+from crawler.store import Keys
 from devkit.testweb.site import Site
 from tests.servers import ROOT, RedisServer, cpu_seconds, scrapy_env, wait_until
 from tests.test_scheduler import all_pages, crawl_cmd, page_fetches, start
@@ -199,7 +199,7 @@ def test_pickle_in_redis_is_never_unpickled(redis_url: str, make_web, tmp_path: 
     client = redis.Redis.from_url(redis_url)
     frontier = Frontier(client, Keys("crawler", "demo", 0))
     frontier.open()
-    from crawler.scheduler.frontier import Item
+    from crawler.store import Item
 
     for payload in (pickle.dumps(Exploit()), b"R" + pickle.dumps(Exploit())):
         frontier.add([Item(os.urandom(32), "d0.test", 5, payload)])

@@ -11,7 +11,6 @@ import asyncio
 import base64
 import gzip
 import ssl
-import threading
 from typing import Any
 from urllib.parse import urlsplit
 

@@ -10,7 +10,6 @@ import ipaddress
 import logging
 import re
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any

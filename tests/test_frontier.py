@@ -19,10 +19,10 @@ from scrapy.settings import Settings
 
 from crawler.clock import ManualClock
 from crawler.scheduler import FrontierScheduler
-from crawler.scheduler._leases import Ack
-from crawler.scheduler._redis import Keys, Scripts
-from crawler.scheduler._writes import Outbox, Recent, WriteBuffer
-from crawler.scheduler.frontier import (
+from crawler.worker._leases import Ack
+from crawler.store import Keys, Scripts
+from crawler.worker._writes import Outbox, Recent, WriteBuffer
+from crawler.store import (
     Dedup,
     Frontier,
     FrontierConfigError,
@@ -371,7 +371,7 @@ def open_scheduler(redis_url: str, **settings: object) -> tuple[Crawler, Frontie
 
 
 def test_links_known_in_the_process_are_left_out_before_they_are_checked(redis_url: str) -> None:
-    from crawler.scheduler.service import frontier_service
+    from crawler.worker import session_of as frontier_service
 
     crawler, scheduler = open_scheduler(redis_url)
     try:
@@ -380,7 +380,7 @@ def test_links_known_in_the_process_are_left_out_before_they_are_checked(redis_u
         old = [f"http://a.test/{i}" for i in range(3)]
         assert service.unknown(old) == old  # nothing marked seen yet
         assert service.offer(old, canonical=True) == 3
-        scheduler.flush_pending()
+        scheduler.session.flush()
         new = ["http://a.test/new", "http://b.test/"]
         assert service.unknown([old[0], *new, old[2]]) == new
         assert crawler.stats.get_value("crawler/frontier/duplicates_local") == 2
@@ -396,8 +396,8 @@ def test_the_engine_gets_at_most_turn_max_requests_in_one_turn_of_the_loop(redis
 
     _, scheduler = open_scheduler(redis_url, CRAWLER_PREFETCH=200)
     urls = [f"http://d{i}.test/" for i in range(module.TURN_MAX + 20)]  # one domain each: all due now
-    scheduler.add_urls(urls, canonical=True)
-    scheduler.flush_pending()
+    scheduler.session.offer(urls, canonical=True)
+    scheduler.session.flush()
 
     async def turns() -> list[int]:
         got = []
@@ -412,6 +412,6 @@ def test_the_engine_gets_at_most_turn_max_requests_in_one_turn_of_the_loop(redis
     try:
         got = asyncio.run(turns())
         assert got == [module.TURN_MAX, 20, 0]
-        assert scheduler.waker.call is not None and scheduler.waker.call.active()  # woken for the rest
+        assert scheduler.session._waker.call is not None and scheduler.session._waker.call.active()  # woken for the rest
     finally:
         scheduler.close("finished")

@@ -14,10 +14,9 @@ from scrapy.settings import Settings
 
 from crawler.clock import ManualClock, clock_of, use_clock
 from crawler.middlewares.backoff import BackoffMiddleware, parse_retry_after
-from crawler.middlewares.lock import DomainLockMiddleware
 from crawler.middlewares.useragent import product_token, user_agent
-from crawler.scheduler.frontier import Frontier
-from crawler.scheduler._redis import Keys
+from crawler.store import Frontier
+from crawler.store import Keys
 from tests.servers import ROOT, crawler_for, run_scrapy, scrapy_env, wait_until
 from tests.test_scheduler import crawl_cmd, page_fetches, start
 

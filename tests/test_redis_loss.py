@@ -1,4 +1,4 @@
-"""Redis losing the frontier mid-crawl is detected (``crawler/scheduler/_outage.py``):
+"""Redis losing the frontier mid-crawl is detected (``crawler/store/epoch.py``, ``crawler/worker/_outage.py``):
 a flush, a restart without persistence, a restart from an older snapshot; and
 a Redis that saves nothing gets one warning at start. Real redis-server
 processes without persistence, real crawls of the test web."""
@@ -20,9 +20,11 @@ import redis
 from scrapy.utils.test import get_crawler
 
 from crawler.connection import persistence_warning
-from crawler.scheduler._outage import REPLACED, REWOUND, SEQ_MARGIN, VANISHED, FrontierLost, on_loss_policy
-from crawler.scheduler.frontier import Frontier, Item, Politeness
-from crawler.scheduler._redis import Keys
+from crawler.store import REPLACED, REWOUND, VANISHED, FrontierLost
+from crawler.worker._outage import SEQ_MARGIN
+from crawler.worker.config import on_loss_policy
+from crawler.store import Frontier, Item, Politeness
+from crawler.store import Keys
 from crawler.settings_registry import SettingsError
 from tests.servers import ROOT, RedisServer, scrapy_env, wait_until
 
@@ -109,10 +111,10 @@ def test_a_durable_restart_is_not_a_loss(tmp_path: Path) -> None:
 
 
 def test_the_policy_setting_is_checked() -> None:
-    assert on_loss_policy(get_crawler(settings_dict={})) == "stop"
-    assert on_loss_policy(get_crawler(settings_dict={"CRAWLER_ON_FRONTIER_LOSS": "continue"})) == "continue"
+    assert on_loss_policy(get_crawler(settings_dict={}).settings) == "stop"
+    assert on_loss_policy(get_crawler(settings_dict={"CRAWLER_ON_FRONTIER_LOSS": "continue"}).settings) == "continue"
     with pytest.raises(SettingsError, match="CRAWLER_ON_FRONTIER_LOSS"):
-        on_loss_policy(get_crawler(settings_dict={"CRAWLER_ON_FRONTIER_LOSS": "ignore"}))
+        on_loss_policy(get_crawler(settings_dict={"CRAWLER_ON_FRONTIER_LOSS": "ignore"}).settings)
 
 
 # --- the persistence warning -----------------------------------------------------
@@ -234,3 +236,46 @@ def test_frontier_lost_mid_crawl(volatile_redis: RedisServer, make_web, tmp_path
         assert after > 20  # it went on crawling
         assert len(fetched) >= 200  # and reached (nearly) every page again
     assert proc.returncode != 0, f"exit status {proc.returncode}: the loss must fail the crawl"
+
+
+def test_a_lua_error_is_logged_with_its_cost_and_the_timer_goes_on(redis_url: str, clock, caplog) -> None:
+    """A Redis error that is not an outage (here a script's WRONGTYPE, from a
+    key another program overwrote) is never swallowed: a write says what it
+    cost and counts it; the session's timer, whose flush then fails the same
+    way, logs it and keeps running."""
+    import logging
+
+    from scrapy import Request
+
+    from crawler.clock import use_clock
+    from crawler.scheduler import FrontierScheduler
+    from tests.servers import crawler_for
+
+    crawler = crawler_for(redis_url, SCHEDULER="crawler.scheduler.FrontierScheduler", CRAWLER_FLUSH_INTERVAL=1.0,
+                          SCHEDULER_PERSIST=True)
+    use_clock(crawler, clock)
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    try:
+        session = scheduler.session
+        base = session.frontier.keys.base
+        client = redis.Redis.from_url(redis_url)
+        client.set(f"{base}:dom:a.test", "not a hash")  # every script touching a.test now fails
+        with caplog.at_level(logging.ERROR):
+            session.push_domain("http://a.test/x", 5)
+        assert crawler.stats.get_value("crawler/redis/errors") == 1
+        assert "push-back of a.test by 5 s not applied: ResponseError" in caplog.text
+        assert "WRONGTYPE" in caplog.text
+        assert crawler.stats.get_value("crawler/frontier/domain_pushbacks") is None
+
+        caplog.clear()
+        session.offer_request(Request("http://a.test/page"))
+        with caplog.at_level(logging.ERROR):
+            clock.advance(1.0)  # the timer's flush: enqueue.lua fails on the same key
+            clock.advance(1.0)  # and the timer still runs
+        assert crawler.stats.get_value("crawler/frontier/tick_errors") == 2
+        assert caplog.text.count("The frontier's timer failed") == 2
+        client.delete(f"{base}:dom:a.test")  # repaired: the request was kept, and is stored now
+    finally:
+        scheduler.close("finished")
+    assert client.zcard(f"{base}:ready") == 1 and crawler.stats.get_value("crawler/frontier/enqueued") == 1

@@ -186,7 +186,7 @@ def test_the_process_keeps_rules_for_their_lifetime_on_the_crawls_clock(redis_ur
     from crawler.clock import use_clock
     from crawler.middlewares.robots import _LOCAL_TTL, SharedRobotsMiddleware
     from crawler.scheduler import FrontierScheduler
-    from crawler.scheduler._config import FrontierSettings
+    from crawler.worker.config import FrontierSettings
     from tests.servers import crawler_for
 
     crawler = crawler_for(redis_url, ROBOTSTXT_OBEY=True, SCHEDULER="crawler.scheduler.FrontierScheduler")

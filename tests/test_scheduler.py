@@ -179,9 +179,9 @@ def test_flush_on_start_forgets_the_previous_crawl(redis_url: str, make_web) -> 
 def test_idle_before_close_waits_for_work_from_other_workers(redis_url: str, make_web) -> None:
     from hashlib import sha256
 
-    from crawler.scheduler import _codec as codec
-    from crawler.scheduler.frontier import Frontier, Item
-    from crawler.scheduler._redis import Keys
+    from crawler.store import codec
+    from crawler.store import Frontier, Item
+    from crawler.store import Keys
 
     web = make_web(domains=1, pages=3, links=1, size_fixed=2000, cross_share=0, dup_share=0, crawl_delay_share=0,
                    private_share=0)

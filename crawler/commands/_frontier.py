@@ -9,9 +9,9 @@ from scrapy.settings import BaseSettings
 
 from crawler.commands._fail import fail
 from crawler.connection import RedisUnavailable, get_redis, mask_url, redis_url
-from crawler.scheduler._config import FrontierSettings
-from crawler.scheduler.frontier import Frontier
-from crawler.scheduler._redis import Keys
+from crawler.worker.config import FrontierSettings
+from crawler.store import Frontier
+from crawler.store import Keys
 from crawler.settings_registry import SettingsError
 
 

@@ -18,13 +18,13 @@ from scrapy.spiderloader import get_spider_loader
 
 from crawler.commands._fail import fail
 from crawler.commands._frontier import add_frontier_options, open_frontiers
-from crawler.scheduler import _codec as codec
-from crawler.scheduler.identity import canonicalize
-from crawler.scheduler._config import FrontierSettings
-from crawler.scheduler._stores import DeadLetters
-from crawler.scheduler.identity import domain_of
-from crawler.scheduler.identity import url_fingerprint
-from crawler.scheduler.frontier import Frontier, Item, stored_dedup
+from crawler.store import codec
+from crawler.identity import canonicalize
+from crawler.worker.config import FrontierSettings
+from crawler.store import DeadLetters
+from crawler.identity import domain_of
+from crawler.identity import url_fingerprint
+from crawler.store import Frontier, Item, stored_dedup
 from crawler.settings_registry import SettingsError
 
 

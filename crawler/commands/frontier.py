@@ -17,9 +17,9 @@ from scrapy.commands import ScrapyCommand
 from scrapy.exceptions import UsageError
 
 from crawler.commands._frontier import add_frontier_options, open_frontiers
-from crawler.scheduler._stores import DeadLetters
-from crawler.scheduler.frontier import Frontier
-from crawler.scheduler._leases import Ledger, describe
+from crawler.store import DeadLetters
+from crawler.store import Frontier
+from crawler.store import Ledger, describe
 
 
 def report(frontier: Frontier) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from scrapy.exceptions import NotConfigured
 from crawler._compat import downloader_load, set_downloader_cap, wake_engine
 from crawler.clock import clock_of
 from crawler.extensions.looplag import LoopLagProbe
-from crawler.scheduler.service import frontier_service
+from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:

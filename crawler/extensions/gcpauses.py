@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 
-from crawler.scheduler.identity import registered_domain
+from crawler.identity import registered_domain
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:

@@ -52,7 +52,7 @@ from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
 from crawler.extensions.progress import frontier_duplicates
-from crawler.scheduler.service import frontier_service
+from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -60,8 +60,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from crawler.scheduler.frontier import Frontier
-    from crawler.scheduler._redis import Keys
+    from crawler.worker import Frontier, Keys
 
 logger = logging.getLogger(__name__)
 

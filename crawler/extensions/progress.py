@@ -19,7 +19,7 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from crawler.clock import clock_of
-from crawler.scheduler.service import frontier_service
+from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class Progress:
             - stats.get_value("downloader/exception_type_count/scrapy.exceptions.IgnoreRequest", 0)
         )
         frontier = frontier_service(self.crawler)
-        down = frontier is not None and frontier.guard.down
+        down = frontier is not None and frontier.redis_down
         logger.info(
             "pages=%d (%.1f/s) queued=%s domains=%d duplicates=%d errors=%d worst_stall=%.0fms in_flight=%s/%s%s",
             pages, rate, "?" if queued is None else queued, len(self.domains),

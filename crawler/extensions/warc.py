@@ -45,7 +45,7 @@ from twisted.internet import task
 from crawler.clock import clock_of
 from crawler.fetch import received as raw_responses
 from crawler.meta import ROBOTS, TRUNCATED, WARC
-from crawler.scheduler.service import frontier_service
+from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import setting
 from crawler.warcfile import Page, WarcFailed, WarcWriter
 

@@ -28,6 +28,7 @@ LIB = ("SSL_read", "SSL_get_error", "SSL_ERROR_WANT_READ", "BIO_read", "BIO_new"
        "X509_VERIFY_PARAM_set1_host", "X509_VERIFY_PARAM_set1_ip", "SSL_CTX_set1_curves_list")
 CONNECTION = ("_ssl", "_into_ssl", "_from_ssl", "_raise_ssl_error")  # attributes of SSL.Connection
 CONTEXT = ("_context",)  # of SSL.Context
+FFI = ("NULL", "buffer", "gc", "new")  # of OpenSSL.SSL._ffi (cffi's FFI object)
 
 _RECORD = 16 * 1024 + 256
 # The reactor's thread is the only reader: one buffer for every read.
@@ -44,7 +45,8 @@ def missing() -> list[str]:
     context = SSL.Context(SSL.TLS_CLIENT_METHOD)
     return ([f"_lib.{name}" for name in LIB if not hasattr(_lib, name)]
             + [f"Connection.{name}" for name in CONNECTION if not hasattr(connection, name)]
-            + [f"Context.{name}" for name in CONTEXT if not hasattr(context, name)])
+            + [f"Context.{name}" for name in CONTEXT if not hasattr(context, name)]
+            + [f"_ffi.{name}" for name in FFI if not hasattr(_ffi, name)])
 
 
 def read(connection: SSL.Connection) -> tuple[bytes, bool]:

@@ -22,9 +22,9 @@ from scrapy import Request
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 
 from crawler.meta import LEASE
-from crawler.scheduler._leases import DEAD, SKIPPED, STORED, end_of
-from crawler.scheduler.scheduler import uses_frontier
-from crawler.scheduler.service import frontier_service
+from crawler.worker import DEAD, SKIPPED, STORED, end_of
+from crawler.worker import uses_frontier
+from crawler.worker import session_of as frontier_service
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -39,8 +39,9 @@ class _Acker:
 
     def ack(self, request: Request, end: str) -> None:
         frontier = frontier_service(self.crawler)
-        if frontier is not None:
-            frontier.ack(request, end_of(request, end))
+        lease = frontier.lease_of(request) if frontier is not None else None
+        if lease is not None:
+            lease.ack(end_of(request, end), request)
 
 
 class FrontierAckSpiderMiddleware(_Acker):

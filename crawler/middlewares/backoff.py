@@ -32,8 +32,8 @@ from crawler.clock import SYSTEM, Clock, clock_of
 from crawler.fetch.errors import FINAL
 from crawler.fetch.errors import reason as failure_reason
 from crawler.meta import ATTEMPTS, DEAD, DELAY, ROBOTS
-from crawler.scheduler.scheduler import uses_frontier
-from crawler.scheduler.service import frontier_service
+from crawler.worker import uses_frontier
+from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import SettingsError, setting
 
 if TYPE_CHECKING:

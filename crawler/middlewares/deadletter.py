@@ -19,8 +19,8 @@ from scrapy.spidermiddlewares.httperror import HttpError
 
 from crawler.fetch.errors import REFUSED, reason
 from crawler.meta import DEAD, ROBOTS
-from crawler.scheduler.scheduler import uses_frontier
-from crawler.scheduler.service import frontier_service
+from crawler.worker import uses_frontier
+from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:

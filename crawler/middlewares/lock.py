@@ -22,10 +22,10 @@ from scrapy.exceptions import NotConfigured
 
 from crawler.clock import clock_of
 from crawler.meta import DELAY, LOCK, ROBOTS
-from crawler.scheduler.scheduler import uses_frontier
-from crawler.scheduler.identity import domain_of, host_of
-from crawler.scheduler._outage import REDIS_ERRORS
-from crawler.scheduler.service import frontier_service
+from crawler.worker import uses_frontier
+from crawler.identity import domain_of, host_of
+from crawler.connection import REDIS_ERRORS
+from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import lock_ttl, setting
 
 if TYPE_CHECKING:

@@ -56,18 +56,18 @@ from crawler.fallback import cannot_connect, fallback_request
 from crawler.meta import DEAD, DELAY, END, LEASE, MAX_PAGE_BYTES, ROBOTS
 from crawler.middlewares.useragent import robots_agent
 from crawler.robots import Rules, compile_rules
-from crawler.scheduler._leases import DISALLOWED
-from crawler.scheduler._outage import REDIS_ERRORS
-from crawler.scheduler.identity import domain_of
-from crawler.scheduler.scheduler import uses_frontier
-from crawler.scheduler.service import frontier_service
+from crawler.worker import DISALLOWED
+from crawler.connection import REDIS_ERRORS
+from crawler.identity import domain_of
+from crawler.worker import uses_frontier
+from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from crawler.scheduler.service import FrontierService
+    from crawler.worker import WorkerSession as FrontierService
 
 logger = logging.getLogger(__name__)
 
@@ -138,8 +138,9 @@ class SharedRobotsMiddleware:
         if fetched is not None and fetched[1] >= asked:
             # robots.txt (or a hop of it) was this request's turn at the domain
             frontier = frontier_service(self.crawler)
-            if frontier is not None and LEASE in request.meta:
-                frontier.note_fetch(request, *fetched)
+            lease = frontier.lease_of(request) if frontier is not None else None
+            if lease is not None:
+                lease.fetched(*fetched)
         else:
             fetched = None
         if isinstance(verdict, Wait):

@@ -12,4 +12,14 @@ reading the file's groups as RFC 9309 does where Protego differs
 from crawler.robots._directives import header_nofollow, meta_nofollow
 from crawler.robots._rules import Rules, compile_rules
 
-__all__ = ["Rules", "compile_rules", "header_nofollow", "meta_nofollow"]
+
+def protego_private() -> tuple[dict[str, str], list[str], list[str]]:
+    """The private Protego surface the rule index reads (``_protego.py``):
+    the version range it was read from, every name, and what the installed
+    Protego lacks or reads otherwise (for ``crawler._compat``)."""
+    from crawler.robots import _protego
+
+    return {"protego": _protego.PROTEGO}, list(_protego.PRIVATE), _protego.check()
+
+
+__all__ = ["Rules", "compile_rules", "header_nofollow", "meta_nofollow", "protego_private"]

@@ -1,16 +1,13 @@
-"""The Redis frontier and Scrapy's scheduler on it::
+"""Scrapy's scheduler on the worker session::
 
     SCHEDULER = "crawler.scheduler.FrontierScheduler"
     REQUEST_FINGERPRINTER_CLASS = "crawler.scheduler.Fingerprinter"
 
-Public modules: ``scheduler`` (the scheduler), ``service`` (what components
-may ask of the open frontier, ``crawler.frontier``), ``frontier`` (the
-frontier in Redis, without Scrapy) and ``identity`` (canonical URLs,
-fingerprints, registered domains). Modules whose names start with ``_`` are
-internal.
+``scheduler`` adapts Scrapy's scheduler methods onto the worker session
+(``crawler.worker``); ``Fingerprinter`` lives in ``crawler.identity``.
 """
 
-from crawler.scheduler.identity import Fingerprinter
+from crawler.identity import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
 
 __all__ = ["Fingerprinter", "FrontierScheduler"]

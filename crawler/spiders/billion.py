@@ -32,8 +32,8 @@ from crawler.meta import FALLBACK
 from crawler.middlewares.robots import shared_robots
 from crawler.middlewares.useragent import robots_agent
 from crawler.robots import header_nofollow
-from crawler.scheduler.identity import domain_of
-from crawler.scheduler.service import frontier_service
+from crawler.identity import domain_of
+from crawler.worker import session_of as frontier_service
 from crawler.seeds import Seed, parse_seeds, redis_seed_lines
 from crawler.settings_registry import setting
 from crawler.sharding import shard_of

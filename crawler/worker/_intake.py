@@ -20,16 +20,14 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from crawler._compat import wake_engine
 from crawler.clock import SYSTEM, Clock
-from crawler.scheduler._stats import inc
+from crawler.worker._stats import inc
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
 
-    from crawler.scheduler._leases import Ack
-    from crawler.scheduler.frontier import Frontier, Leased
+    from crawler.store import Frontier, Leased
+    from crawler.worker._leases import Ack
 
 
 logger = logging.getLogger(__name__)
@@ -147,8 +145,8 @@ class EngineWaker:
     """Wakes Scrapy's engine loop when something may be due, instead of it
     polling the scheduler on its own 5 s heartbeat; one wake-up pending."""
 
-    def __init__(self, crawler: Crawler, clock: Clock = SYSTEM) -> None:
-        self.crawler = crawler
+    def __init__(self, wake: Callable[[], object], clock: Clock = SYSTEM) -> None:
+        self.wake = wake  # wakes the engine now; False when it cannot
         self.clock = clock
         self.call: Any = None
         self._said = False
@@ -162,7 +160,7 @@ class EngineWaker:
         self.call = timers.callLater(seconds + 0.001, self._wake)
 
     def _wake(self) -> None:
-        if wake_engine(self.crawler.engine) is False and not self._said:
+        if self.wake() is False and not self._said:
             self._said = True
             logger.warning("Scrapy's engine state moved (crawler/_compat.py): the engine is not woken "
                            "when a domain is due, it polls every 5 s")

@@ -5,7 +5,7 @@ guarantees: within one domain, higher priority first and FIFO within a
 priority; across domains, due domains in order of their next-fetch time.
 Requests whose lease expires go back to the front of their domain's queue.
 
-The records that travel between the scheduler and the frontier (offered and
+The records that travel between the worker and the frontier (offered and
 leased requests, call results, the politeness and dedup layout) are defined
 first.
 """
@@ -20,16 +20,22 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from typing import Protocol
+
 from crawler.clock import SYSTEM, Clock
-from crawler.scheduler._leases import Ack, wire
-from crawler.scheduler._outage import Epoch
-from crawler.scheduler._redis import Keys, LuaScript, Scripts
-from crawler.scheduler._stores import DomainLocks, RobotsStore
+from crawler.store.epoch import Epoch
+from crawler.store.keys import Keys, LuaScript, Scripts
+from crawler.store.stores import DomainLocks, RobotsStore
 
 if TYPE_CHECKING:
     import redis
 
-    from crawler.scheduler._redis import Keys
+
+class Acknowledgement(Protocol):
+    """An acknowledgement as its sender keeps it: made into the scripts'
+    form (``"<lease>[:<age ms>[:<duration ms>[:<end>]]]"``) as the round trip leaves."""
+
+    def wire(self, now: float) -> str: ...
 
 
 DEDUP_MODES = ("exact", "bloom")
@@ -144,8 +150,8 @@ def _ms(seconds: float) -> int:
     return math.ceil(round(seconds * 1000, 6))
 
 
-def _ids(ids: Iterable[str | Ack], now: float) -> list[str]:
-    ids = wire(ids, now)
+def _ids(acks: Iterable[str | Acknowledgement], now: float) -> list[str]:
+    ids = [a if isinstance(a, str) else a.wire(now) for a in acks]
     return [str(len(ids)), *ids]
 
 
@@ -175,7 +181,7 @@ class Frontier:
         self.scripts = Scripts(client, clock.script_key)
         self.locks = DomainLocks(client, keys, self.scripts)
         self.robots = RobotsStore(client, keys, self.scripts)
-        self.epoch = Epoch(clock=clock)  # set by open(); checked by take() (``_outage.py``)
+        self.epoch = Epoch(clock=clock)  # set by open(); checked by take() (``epoch.py``)
         self._epoch_script = LuaScript(client, "epoch", False, clock.script_key)  # no flags: any Redis version
 
     def open(self) -> None:
@@ -231,7 +237,7 @@ class Frontier:
 
     # --- the hot path ----------------------------------------------------
 
-    def add(self, items: Sequence[Item], acks: Iterable[str | Ack] = ()) -> AddResult:
+    def add(self, items: Sequence[Item], acks: Iterable[str | Acknowledgement] = ()) -> AddResult:
         args: list[Any] = [self.dedup.mode, self.domain_cap, self.domain_budget,
                            *_ids(acks, self.clock.monotonic())]
         for item in items:
@@ -246,7 +252,7 @@ class Frontier:
             keys=[self.keys.base], args=[self.dedup.mode, self.domain_cap, self.domain_budget, n])
         return int(moved), AddResult(added, dups, capped, 0, over, excluded)
 
-    def take(self, n: int, acks: Iterable[str | Ack] = (), call: str = "", previous: str = "") -> TakeResult:
+    def take(self, n: int, acks: Iterable[str | Acknowledgement] = (), call: str = "", previous: str = "") -> TakeResult:
         """Lease up to ``n`` requests of due domains, acknowledging ``acks``.
 
         ``call`` names this call: sent again with the same name after an
@@ -268,7 +274,7 @@ class Frontier:
         next_due = int(reply[1])
         return TakeResult(items, int(reply[0]), None if next_due < 0 else next_due)
 
-    def delay(self, items: Iterable[tuple[float, str, int, bytes]], acks: Iterable[str | Ack] = ()) -> int:
+    def delay(self, items: Iterable[tuple[float, str, int, bytes]], acks: Iterable[str | Acknowledgement] = ()) -> int:
         """Park ``(seconds, domain, priority, entry)`` requests until due."""
         args: list[Any] = _ids(acks, self.clock.monotonic())
         for seconds, domain, prio, entry in items:
@@ -281,7 +287,7 @@ class Frontier:
 
     def receive(self, records: Sequence[bytes]) -> None:
         """Forwarded requests from another shard, into this frontier's inbox
-        (``_writes.py`` makes the records, ``drain_inbox.lua`` reads them)."""
+        (``crawler/worker/_writes.py`` makes the records, ``drain_inbox.lua`` reads them)."""
         self.client.rpush(self.keys.inbox, *records)
 
     def release(self, leases: Iterable[str]) -> int:

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from crawler.scheduler._redis import Keys
-from crawler.scheduler.identity import domain_of, host_of
+from crawler.store.keys import Keys
+from crawler.identity import domain_of, host_of
 
 if TYPE_CHECKING:
     import redis
 
-    from crawler.scheduler._redis import Keys, Scripts
+    from crawler.store.keys import Keys, Scripts
 
 
 class DomainLocks:

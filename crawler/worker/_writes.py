@@ -23,25 +23,20 @@ from scrapy.settings import BaseSettings, Settings
 
 from crawler.clock import SYSTEM, Clock
 from crawler.connection import get_redis
-from crawler.meta import DELAY
-from crawler.scheduler import _codec as codec
-from crawler.scheduler._leases import LOST, REDIRECTED
-from crawler.scheduler._redis import Keys
-from crawler.scheduler._stats import inc
-from crawler.scheduler.frontier import Frontier, Item, stored_dedup
-from crawler.scheduler.identity import domain_of, url_fingerprint
+from crawler.identity import domain_of, url_fingerprint
+from crawler.meta import DELAY, LEASE
 from crawler.sharding import shard_of
+from crawler.store import LOST, REDIRECTED, AddResult, Dedup, Frontier, Item, Keys, codec, stored_dedup
+from crawler.worker._stats import inc
 
 if TYPE_CHECKING:
-    import redis
     from scrapy import Request, Spider
     from scrapy.statscollectors import StatsCollector
     from scrapy.utils.request import RequestFingerprinterProtocol
 
-    from crawler.scheduler._config import FrontierSettings
-    from crawler.scheduler._leases import Ack, Leases
-    from crawler.scheduler.frontier import AddResult, Dedup, Frontier, Item
-    from crawler.scheduler.identity import Canonicalizer
+    from crawler.identity import Canonicalizer
+    from crawler.worker._leases import Ack, Leases
+    from crawler.worker.config import FrontierSettings
 
 
 class Outbox:
@@ -261,8 +256,9 @@ class WriteBuffer:
                          "(%d dropped so far); crawling what is queued goes on", self._oom_dropped)
         try:
             self.frontier.count_dropped(dropped)
-        except redis.RedisError:
-            pass
+        except redis.RedisError as exc:  # the count only: the drop itself is counted and logged above
+            logger.warning("Frontier counter oom_dropped not updated (%d requests dropped not counted "
+                           "in scrapy frontier): %s", dropped, exc)
 
 
 logger = logging.getLogger(__name__)
@@ -284,16 +280,24 @@ class Offers:
         self.dedup_start_requests = dedup_start_requests
 
     def request(self, request: Request) -> bool:
-        """Buffer ``request`` (see ``FrontierScheduler.enqueue_request``)."""
-        lease = self.leases.carried(request)
+        """Buffer ``request`` (see ``FrontierScheduler.enqueue_request``); a
+        lease it carries (a retry or redirect of a leased request) ends here."""
+        lease = self.leases.get(request.meta.pop(LEASE, None))
         try:
             entry = codec.encode(request, self.spider)
         except (TypeError, ValueError) as exc:
             logger.error("Cannot store %s in the frontier, dropped: %s", request, exc)
             inc(self.stats, "crawler/frontier/unserializable")
             if lease is not None:
-                self.writes.ack(self.leases.marks.ack(lease, LOST))
+                lease.ack(LOST)
             return False
+        delay = request.meta.pop(DELAY, None)
+        inc(self.stats, "scheduler/enqueued/redis")
+        if delay is not None and lease is not None:
+            # a copy that waits (a retry, a hand-back) is the same request moving on
+            lease.delay(float(delay), entry, domain=domain_of(request.url), priority=request.priority)
+            inc(self.stats, "crawler/frontier/delayed")
+            return True
         digest = self.fingerprinter.fingerprint(request)
         dont_filter = request.dont_filter and not (
             # Scrapy's start requests skip the dupefilter; in a frontier shared
@@ -301,21 +305,14 @@ class Offers:
             self.dedup_start_requests and request.meta.get("is_start_request")
         )
         item = Item(digest, domain_of(request.url), request.priority, entry, dont_filter)
-        delay = request.meta.pop(DELAY, None)
-        # a copy that waits (a retry, a hand-back) is the same request moving on;
-        # one that does not is a redirect: its URL ended there
-        ack = self.leases.marks.ack(lease, "" if delay is not None else REDIRECTED) if lease is not None else None
         if delay is not None:
             # the wait happens on the Redis server's clock, not in a worker
-            self.writes.delay(float(delay), item, ack)
+            self.writes.delay(float(delay), item, None)
             inc(self.stats, "crawler/frontier/delayed")
-            if ack is not None:
-                self.writes.soon()
         else:
             self.writes.add(item)
-            if ack is not None:
-                self.writes.ack(ack)
-        inc(self.stats, "scheduler/enqueued/redis")
+            if lease is not None:
+                lease.ack(REDIRECTED)  # one that does not wait is a redirect: its URL ended there
         return True
 
     def urls(self, urls: Iterable[str], depth: int, priority: int, canonical: bool) -> int:

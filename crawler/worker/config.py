@@ -11,18 +11,18 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.python import global_object_name
 
 from crawler.clock import SYSTEM, Clock
-from crawler.scheduler.frontier import Dedup, Frontier, Politeness
 from crawler.settings_registry import SettingsError, lease_seconds, setting
+from crawler.store import Dedup, Frontier, Politeness
 
 if TYPE_CHECKING:
     import redis
 
-    from crawler.scheduler._redis import Keys
+    from crawler.store import Keys
 
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FrontierSettings", "SettingsError", "adopt_scrapy_delays", "warn_ignored"]  # SettingsError: for older imports
+__all__ = ["FrontierSettings", "SettingsError", "adopt_scrapy_delays", "on_loss_policy", "warn_ignored"]  # SettingsError: for older imports
 
 
 def _overrides(settings: BaseSettings) -> dict[str, dict[str, float]]:
@@ -110,6 +110,11 @@ _IGNORED = {
     "SCHEDULER_SERIALIZER": "requests travel as msgpack (crawler.serializers)",
     "SCHEDULER_DUPEFILTER_KEY": "dedup happens in the frontier (CRAWLER_DEDUP)",
 }
+
+
+def on_loss_policy(settings: BaseSettings) -> str:
+    """``CRAWLER_ON_FRONTIER_LOSS`` (``stop`` or ``continue``, the registry checks it)."""
+    return str(setting(settings, "CRAWLER_ON_FRONTIER_LOSS"))
 
 
 def warn_ignored(settings: BaseSettings) -> None:

@@ -41,7 +41,7 @@ key (after the base)      type    holds
 ``:seq``                  string  id counter of leases and delayed entries
                                   (only grows: the epoch check reads it)
 ``:epoch``                hash    ``id`` and ``created`` ms of this frontier's
-                                  epoch (``epoch.lua``, ``_outage.py``)
+                                  epoch (``epoch.lua``, ``epoch.py``)
 ``:meta``                 hash    dedup layout; politeness defaults (rate,
                                   burst, delay ms, delay_factor, delay_max ms)
 ========================  ======  =============================================

@@ -14,7 +14,7 @@ snapshot: the frontier went back in time). When no dequeue happened for
 :data:`CHECK_EVERY` seconds (an idle worker), the scheduler's tick looks.
 
 :class:`Epoch` is the worker's memory of it (kept by the
-:class:`~crawler.scheduler.frontier.Frontier`); :class:`LossWatch` is what
+:class:`~crawler.store.frontier.Frontier`); :class:`LossWatch` is what
 the scheduler does on a loss: one ERROR line with what is known lost, the
 stat ``crawler/exit/error``, and, as ``CRAWLER_ON_FRONTIER_LOSS`` says,
 ``stop`` (nothing more is written to the frontier; the crawl closes with
@@ -29,7 +29,7 @@ away the crawl is paused, not closed (``down`` keeps it open), and what
 was buffered stays buffered. The middlewares that talk to Redis catch
 ``REDIS_ERRORS`` too. Whether Redis came back with the frontier it had is
 not known here: a call that finds it gone or older raises
-:class:`~crawler.scheduler._outage.FrontierLost`, handed to ``on_lost``
+:class:`~crawler.store.epoch.FrontierLost`, handed to ``on_lost``
 (above); once the crawl stops for that, :meth:`RedisGuard.halt`
 ends every call.
 """
@@ -37,23 +37,15 @@ ends every call.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import redis
+from typing import TYPE_CHECKING
 
 from crawler.clock import SYSTEM, Clock
-from crawler.connection import _reason, mask_url
-from crawler.settings_registry import setting
+from crawler.connection import REDIS_ERRORS, _reason, mask_url
+from crawler.store import REWOUND, Frontier, FrontierLost
 
 if TYPE_CHECKING:
-    from scrapy.crawler import Crawler
     from scrapy.statscollectors import StatsCollector
-
-    from crawler.scheduler.frontier import Frontier
-    from crawler.scheduler.scheduler import FrontierScheduler
 
 
 logger = logging.getLogger(__name__)
@@ -62,87 +54,18 @@ CHECK_EVERY = 3.0  # seconds: an idle worker looks at the epoch at least this of
 SEQ_MARGIN = 1_000_000  # lease ids of a new epoch start this far above the lost one's
 FINISH_REASON = "frontier_lost"
 
-VANISHED, REPLACED, REWOUND = "vanished", "replaced", "rewound"
-
-
-class FrontierLost(Exception):
-    """The frontier is not the one this worker opened (see the module doc)."""
-
-    def __init__(self, kind: str, known: Epoch, found_id: str, found_seq: int, found_queued: int) -> None:
-        self.kind = kind
-        self.known_id = known.id
-        self.seen_seq = known.seq
-        self.queued = known.queued  # at the last look
-        self.looked_ago = known.clock.monotonic() - known.looked_at
-        self.found_id = found_id
-        self.found_seq = found_seq
-        self.found_queued = found_queued
-        super().__init__(f"frontier epoch {kind}")
-
-    def what(self) -> str:
-        """What happened, in a few words."""
-        if self.kind == VANISHED:
-            return ("it is gone (Redis restarted without persistence, was flushed, "
-                    "or failed over to an empty replica)")
-        if self.kind == REPLACED:
-            return f"another epoch ({self.found_id}) replaced it (a worker went on after a loss)"
-        return (f"it went back in time (Redis restarted from an older snapshot or failed over to a "
-                f"lagging replica): lease counter {self.found_seq}, {self.seen_seq} seen before")
-
-
-@dataclass
-class Epoch:
-    """What this worker knows of its frontier's epoch."""
-
-    id: str = ""  # "": not opened, no check
-    created_ms: int = 0
-    seq: int = 0  # highest lease id counter seen
-    queued: int = 0  # requests queued at the last look
-    looked_at: float = 0.0  # the clock's monotonic() at the last look
-    clock: Clock = field(default=SYSTEM, repr=False, compare=False)
-
-    def args(self) -> list[Any]:
-        """The dequeue's epoch arguments."""
-        return [self.id, self.seq]
-
-    def observe(self, found_id: str, seq: int, queued: int) -> None:
-        """Remember a look at the frontier; :class:`FrontierLost` if it is not this epoch's."""
-        if self.id:
-            if not found_id:
-                raise FrontierLost(VANISHED, self, found_id, seq, queued)
-            if found_id != self.id:
-                raise FrontierLost(REPLACED, self, found_id, seq, queued)
-            if seq < self.seq:
-                raise FrontierLost(REWOUND, self, found_id, seq, queued)
-        self.seq = max(self.seq, seq)
-        self.queued = queued
-        self.looked_at = self.clock.monotonic()
-
-    def adopt(self, reply: list[Any]) -> None:
-        """The reply of ``epoch.lua``: the epoch this worker works in from now on."""
-        self.id = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-        self.created_ms = int(reply[1])
-        self.seq = int(reply[3])
-        self.queued = int(reply[4])
-        self.looked_at = self.clock.monotonic()
-
-    @staticmethod
-    def new_id() -> str:
-        return uuid.uuid4().hex
-
-
-def on_loss_policy(crawler: Crawler) -> str:
-    """``CRAWLER_ON_FRONTIER_LOSS`` (``stop`` or ``continue``, the registry checks it)."""
-    return str(setting(crawler.settings, "CRAWLER_ON_FRONTIER_LOSS"))
-
 
 class LossWatch:
     """The scheduler's side: when to look, and what to do on a loss."""
 
-    def __init__(self, crawler: Crawler, frontier: Frontier, policy: str) -> None:
-        self.crawler = crawler
+    def __init__(self, stats: StatsCollector | None, frontier: Frontier, policy: str, held: Callable[[], int],
+                 forget_seen: Callable[[], None], stop: Callable[[], None]) -> None:
+        self.stats = stats
         self.frontier = frontier
         self.policy = policy
+        self.held = held  # leases this worker holds, lent or not
+        self.forget_seen = forget_seen  # what this worker knew seen, the new epoch has not seen
+        self.stop = stop  # write nothing more, drop what was leased, close the crawl
         self.stopped = False  # stop: nothing more is written to the frontier
         self._renewing = False  # continue: the loss is told, the new epoch not yet made
 
@@ -153,7 +76,7 @@ class LossWatch:
         if self.frontier.clock.monotonic() - self.frontier.epoch.looked_at >= CHECK_EVERY:
             self.frontier.check_epoch()
 
-    def lost(self, exc: FrontierLost, scheduler: FrontierScheduler, *, closing: bool = False) -> None:
+    def lost(self, exc: FrontierLost, *, closing: bool = False) -> None:
         """Say what is lost (once), then stop the crawl or go on in a new epoch.
         A Redis error while making the new epoch passes up (the outage guard
         retries; the next look finds the loss again and tries again, silently).
@@ -161,23 +84,23 @@ class LossWatch:
         if self.stopped:
             return
         if not self._renewing:
-            self._tell(exc, scheduler, closing)
+            self._tell(exc, closing)
         if closing:
             self.stopped = True
             return
         if self.policy == "stop":
-            self._stop(scheduler)
+            self.stopped = True
+            self.stop()
             return
         self._renewing = True
-        if scheduler.writes.recent is not None:
-            scheduler.writes.recent.clear()  # what it knew seen, the new epoch has not seen
+        self.forget_seen()
         self.frontier.renew(exc.known_id, exc.seen_seq + SEQ_MARGIN)
         self._renewing = False
         logger.warning("Frontier %s: going on in epoch %s (CRAWLER_ON_FRONTIER_LOSS=continue)",
                        self.frontier.keys.base, self.frontier.epoch.id)
 
-    def _tell(self, exc: FrontierLost, scheduler: FrontierScheduler, closing: bool) -> None:
-        held = len(scheduler.leases) + len(scheduler.intake.buffer)
+    def _tell(self, exc: FrontierLost, closing: bool) -> None:
+        held = self.held()
         base = self.frontier.keys.base
         if exc.kind == REWOUND:
             lost = (f"up to {exc.seen_seq - exc.found_seq} leases and delays made since the snapshot, "
@@ -198,34 +121,14 @@ class LossWatch:
             then = "Going on in a new epoch with what is stored from now on (CRAWLER_ON_FRONTIER_LOSS=continue)"
         logger.error("Frontier %s lost: %s. Lost: %s; this worker held %d leases (their acknowledgements "
                      "are void). %s", base, exc.what(), lost, held, then)
-        stats = self.crawler.stats
+        stats = self.stats
         if stats is not None:
             stats.inc_value("crawler/frontier/lost")
             if exc.kind != REWOUND:
                 stats.set_value("crawler/frontier/lost_queued", exc.queued)
             stats.set_value("crawler/exit/error", summary)
 
-    def _stop(self, scheduler: FrontierScheduler) -> None:
-        self.stopped = True
-        scheduler.guard.halt()
-        scheduler.intake.buffer.clear()  # leased in the lost epoch: never lent
-        scheduler.writes.acks = []
-        from twisted.internet import reactor
 
-        reactor.callLater(0, self._close)  # type: ignore[attr-defined]
-
-    def _close(self) -> None:
-        from scrapy.utils.defer import deferred_from_coro
-
-        engine = self.crawler.engine
-        if engine is not None and engine.spider is not None:
-            engine.unpause()
-            deferred_from_coro(engine.close_spider_async(reason=FINISH_REASON))
-
-
-logger = logging.getLogger(__name__)
-
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
 _MAX_BACKOFF = 5.0  # seconds between reconnect attempts during an outage
 
 

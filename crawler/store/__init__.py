@@ -1,0 +1,45 @@
+"""The frontier in Redis, without Scrapy's engine: its keys and Lua scripts
+(``keys``), the queues (``frontier``), the epoch check (``epoch``), the
+ledger of ends (``ledger``), the stores beside the queues (``stores``:
+domain locks, robots.txt records, dead letters) and the entries' encoding
+(``codec``). The worker session (``crawler.worker``) runs a crawl on it;
+the commands that work on a frontier without a crawl (``scrapy frontier``,
+``scrapy dlq``) use it directly. Everything public is named here.
+"""
+
+from crawler.store.epoch import REPLACED, REWOUND, VANISHED, Epoch, FrontierLost
+from crawler.store.frontier import (
+    DEDUP_MODES,
+    Acknowledgement,
+    AddResult,
+    Dedup,
+    Frontier,
+    FrontierConfigError,
+    Item,
+    Leased,
+    Politeness,
+    TakeResult,
+    bloom_error_rate,
+    stored_dedup,
+)
+from crawler.store.keys import Keys, LuaScript, Scripts
+from crawler.store.ledger import (
+    DEAD,
+    DISALLOWED,
+    END_STATES,
+    ENDS,
+    LOST,
+    REDIRECTED,
+    SKIPPED,
+    STORED,
+    UNKNOWN,
+    Ledger,
+    describe,
+)
+from crawler.store.stores import DeadLetter, DeadLetters, DomainLocks, RobotsStore
+
+__all__ = ["DEAD", "DEDUP_MODES", "DISALLOWED", "END_STATES", "ENDS", "LOST", "REDIRECTED", "REPLACED",
+           "REWOUND", "SKIPPED", "STORED", "UNKNOWN", "VANISHED", "Acknowledgement", "AddResult",
+           "DeadLetter", "DeadLetters", "Dedup", "DomainLocks", "Epoch", "Frontier", "FrontierConfigError",
+           "FrontierLost", "Item", "Keys", "Leased", "Ledger", "LuaScript", "Politeness", "RobotsStore",
+           "Scripts", "TakeResult", "bloom_error_rate", "describe", "stored_dedup"]

@@ -1,0 +1,71 @@
+"""The frontier's ledger: every URL it admitted, in exactly one state.
+
+A URL is admitted when it passes dedup into a domain queue (``enqueued``;
+duplicates, and URLs over a domain's cap or budget or of an excluded domain,
+are refused at the door and counted apart). From there it is queued, leased
+to a worker, or waiting in the delayed set (a retry, a request postponed
+while its robots.txt is unreachable), until it ends:
+
+- ``stored``: its page is in a WARC file (or, with WARC off, its callback
+  output went to the item pipeline);
+- ``dead``: given up on, with a dead letter naming the reason;
+- ``disallowed``: refused by robots.txt;
+- ``skipped``: refused on purpose by a filter (not HTML, off-site);
+- ``redirected``: it redirected elsewhere; the target is a URL of its own;
+- ``excluded``: its domain was excluded while it waited;
+- ``lost``: dropped with an error (an entry that cannot be decoded);
+- ``unknown``: it ended where no middleware saw how.
+
+Every counter moves in the same Lua script call as the lease or queue entry
+it accounts for, so the sum holds at any moment, across all workers. The
+one-letter codes of the ends are what the scripts read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: how a request ended, as the frontier counts it (``end_<name>`` in its stats)
+STORED, DEAD, DISALLOWED, SKIPPED, REDIRECTED, LOST, UNKNOWN = "s", "d", "r", "k", "x", "l", "u"
+ENDS = {STORED: "stored", DEAD: "dead", DISALLOWED: "disallowed", SKIPPED: "skipped",
+        REDIRECTED: "redirected", LOST: "lost", UNKNOWN: "unknown"}
+
+
+#: the end states, in the order they are shown
+END_STATES = (*ENDS.values(), "excluded")
+
+
+@dataclass(frozen=True)
+class Ledger:
+    admitted: int
+    ends: dict[str, int]
+    queued: int
+    leased: int
+    delayed: int
+
+    @classmethod
+    def from_status(cls, status: dict) -> Ledger:
+        counters = status["counters"]
+        ends = {name: counters.get(f"end_{name}", 0) for name in ENDS.values()}
+        ends["excluded"] = counters.get("excluded_dropped", 0)
+        return cls(counters.get("enqueued", 0), ends, status["queued"], status["leases"], status["delayed"])
+
+    @property
+    def accounted(self) -> int:
+        return sum(self.ends.values()) + self.queued + self.leased + self.delayed
+
+    @property
+    def balanced(self) -> bool:
+        return self.accounted == self.admitted
+
+    def as_dict(self) -> dict[str, object]:
+        return {"admitted": self.admitted, **self.ends, "queued": self.queued, "leased": self.leased,
+                "delayed": self.delayed, "accounted": self.accounted, "adds_up": self.balanced}
+
+
+def describe(ledger: dict) -> str:
+    """One line of a ledger (``Ledger.as_dict()``) for the log and ``scrapy frontier``."""
+    ends = ", ".join(f"{ledger[name]} {name}" for name in END_STATES if ledger[name])
+    verdict = "adds up" if ledger["adds_up"] else f"OFF BY {ledger['admitted'] - ledger['accounted']}"
+    return (f"{ledger['admitted']} admitted = {ends or 'none ended'}; {ledger['queued']} queued, "
+            f"{ledger['leased']} leased, {ledger['delayed']} delayed ({verdict})")

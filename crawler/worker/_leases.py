@@ -1,0 +1,243 @@
+"""Leases and how they end: the requests this worker took from the frontier
+and lent to the engine, each a :class:`Lease` that holds its own state (lent,
+held for storage, its politeness marks) and ends once, through its
+:class:`Leases` table, with one acknowledgement.
+
+A lease ends with an acknowledgement (:class:`Ack`)
+that carries when its response began and ended, so the frontier can set the
+domain's next turn, and how the request ended (stored, dead letter, ...), so
+the frontier can count every URL it admitted into one end. A page is
+acknowledged as stored only once its storage (the WARC writer) says it holds
+it: until then its lease is *held*; a page that storage failed to keep is
+never acknowledged and goes back to the frontier when the worker closes.
+Nothing here talks to Redis; a lease this worker never acknowledges (it died)
+comes back when it expires in Redis.
+
+Politeness marks: when the response to each leased request began and ended,
+on this process's monotonic clock (the scheduler's :mod:`crawler.clock`).
+A domain with a delay is parked in Redis while one of its requests is out;
+the acknowledgement of that request carries the age of its mark (how long
+ago, in ms, the response began or ended, per ``CRAWLER_DELAY_FROM``) and how
+long the fetch took, so the script sets the domain's next turn on the Redis
+server's clock without comparing two machines' clocks:
+``"<lease>:<age ms>:<duration ms>"``. Ages are measured when the round trip
+leaves, so the network's delay only ever makes a mark late, never early.
+
+Both marks are upper bounds of what the site saw: the response's headers
+arrive after the request did, its last byte after the site sent it.
+
+The ends a lease can have, and the ledger that counts them, are the
+frontier's (``crawler/store/ledger.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, Protocol
+
+from crawler.clock import Clock
+from crawler.meta import DEAD as DEAD_KEY
+from crawler.meta import END, NON_HTML
+from crawler.store import DEAD, ENDS, SKIPPED, STORED, UNKNOWN, Leased
+from crawler.worker._stats import inc
+
+logger = logging.getLogger(__name__)
+
+
+class Ack(NamedTuple):
+    lease: str
+    mark: float | None = None  # seconds on the scheduler's monotonic clock; None: now
+    duration: float | None = None  # seconds the fetch took, when known
+    end: str = ""  # one of ENDS; "" when the request moved on (a retry, a hand-back)
+
+    def wire(self, now: float) -> str:
+        age = "" if self.mark is None else str(max(0, int((now - self.mark) * 1000)))
+        if self.end:
+            duration = "" if self.duration is None else str(int(self.duration * 1000))
+            return f"{self.lease}:{age}:{duration}:{self.end}"
+        if self.mark is None:
+            return self.lease
+        if self.duration is None:
+            return f"{self.lease}:{age}"
+        return f"{self.lease}:{age}:{int(self.duration * 1000)}"
+
+
+def wire(acks: Iterable[str | Ack], now: float) -> list[str]:
+    """``acks`` as the scripts read them, their ages counted at ``now``
+    (the monotonic clock's, as the round trip leaves)."""
+    return [a if isinstance(a, str) else a.wire(now) for a in acks]
+
+
+class Storage(Protocol):
+    def stored(self, request: Any) -> bool:
+        """True once the page of ``request`` is kept (or there was nothing to keep)."""
+
+    def flush(self) -> None:
+        """Wait for pages on their way to storage."""
+
+
+def end_of(request: Any, default: str) -> str:
+    """How ``request`` ended, from what the middlewares noted on it."""
+    meta = request.meta
+    if meta.get(DEAD_KEY):
+        return DEAD
+    if meta.get(END):
+        return str(meta[END])
+    if meta.get(NON_HTML):
+        return SKIPPED
+    return default
+
+
+class Lease:
+    """One request this worker leased from the frontier, from ``take()`` to its end.
+
+    The lease alone holds its state: what it was lent as (``payload``, the
+    engine's request), whether its page is held until storage keeps it,
+    when its response began and ended, and whether it was given up on. It
+    ends once, with :meth:`ack`; later calls do nothing.
+    """
+
+    def __init__(self, table: Leases, leased: Leased) -> None:
+        self.id = leased.lease
+        self.domain = leased.domain
+        self.priority = leased.priority
+        self.entry = leased.entry  # the serialized request
+        self.payload: Any = None  # what it is lent as: set by Leases.lend
+        self.held = False  # done, its page on its way to storage
+        self.page: Any = None  # the request whose page storage is to hold
+        self.given_up: str | None = None  # a dead letter's reason
+        self._began: float | None = None
+        self._ended: float | None = None
+        self._latency: float | None = None
+        self._table = table
+
+    @property
+    def open(self) -> bool:
+        """Lent and not ended."""
+        return self._table.get(self.id) is self
+
+    def began(self) -> None:
+        """The response's headers arrived (now, on the session's clock)."""
+        self._began = self._table.clock.monotonic()
+
+    def ended(self, latency: float | None = None) -> None:
+        """The response's last byte arrived; ``latency``: the download's, when known."""
+        self._ended = self._table.clock.monotonic()
+        self._latency = latency
+
+    def fetched(self, began: float, ended: float) -> None:
+        """A fetch made for this lease outside the downloader (its robots.txt)
+        is its domain's last request; its start is known only as an upper
+        bound: when its answer ended."""
+        self._began, self._ended, self._latency = ended, ended, ended - began
+
+    def ack(self, end: str = STORED, page: Any = None) -> None:
+        """Done, ended as ``end`` (one of ``ENDS``): released within the ack
+        interval, and its domain's next turn set; a stored page's once its
+        storage holds ``page`` (the response's request; else the one lent),
+        until then it is held."""
+        self._table.end(self, DEAD if self.given_up is not None else end, page)
+
+    def dead(self, reason: str) -> None:
+        """Given up on (a dead letter names ``reason``): it ends as dead."""
+        self.given_up = reason
+
+    def delay(self, seconds: float, entry: bytes | None = None, *, domain: str | None = None,
+              priority: int | None = None) -> None:
+        """Back to the frontier ``seconds`` from now (``entry``, ``domain``,
+        ``priority``: the request as it goes back, a retry's; else as it
+        came): the lease ends, the request moves on, its URL not ended."""
+        self._table.delay(self, seconds, Leased(self.id, self.domain if domain is None else domain,
+                                                self.priority if priority is None else priority,
+                                                self.entry if entry is None else entry))
+
+    def acknowledgement(self, end: str = "") -> Ack:
+        """What is sent to the frontier when this lease ends as ``end``
+        ("": it moved on), its mark read per ``CRAWLER_DELAY_FROM``."""
+        now = self._table.clock.monotonic()
+        ended = now if self._ended is None else self._ended  # failed or never sent: it ends now
+        began = ended if self._began is None else self._began
+        duration = (self._latency or 0.0) + (ended - began) if self._latency is not None else None
+        return Ack(self.id, ended if self._table.finish else began, duration, end)
+
+
+class Leases:
+    """The leases this worker holds, by id; the only place one ends."""
+
+    def __init__(self, clock: Clock, delay_from: str, stats: Any, send: Callable[[Ack], None],
+                 redo: Callable[[float, Leased, Ack], None], unlink: Callable[[Any], None],
+                 look: Callable[[], None]) -> None:
+        self.clock = clock
+        self.finish = delay_from == "finish"
+        self.stats = stats
+        self.storage: Storage | None = None
+        self._send = send  # buffer an acknowledgement
+        self._redo = redo  # buffer a delayed request and its lease's acknowledgement
+        self._unlink = unlink  # the payload no longer covers a lease
+        self._look = look  # pages are held: look at storage again soon
+        self._lent: dict[str, Lease] = {}
+
+    def __len__(self) -> int:
+        return len(self._lent)
+
+    def new(self, leased: Leased) -> Lease:
+        return Lease(self, leased)
+
+    def lend(self, lease: Lease, payload: Any) -> None:
+        lease.payload = payload
+        self._lent[lease.id] = lease
+
+    def get(self, lease_id: str | None) -> Lease | None:
+        return self._lent.get(lease_id) if lease_id is not None else None
+
+    @property
+    def held(self) -> list[Lease]:
+        return [lease for lease in self._lent.values() if lease.held]
+
+    def end(self, lease: Lease, end: str, page: Any = None) -> None:
+        if self._lent.get(lease.id) is not lease:
+            return  # ended before
+        lease.page = lease.payload if page is None else page
+        if end == STORED and self.storage is not None and not self.storage.stored(lease.page):
+            lease.held = True
+        else:
+            self._send(self.close(lease, end))
+        if self.storage is not None and self.held:
+            self._look()
+
+    def close(self, lease: Lease, end: str = "") -> Ack:
+        """``lease`` no longer lent; its acknowledgement (counted when it ends)."""
+        self._lent.pop(lease.id, None)
+        self._unlink(lease.payload)
+        if end:
+            inc(self.stats, f"crawler/frontier/ended/{ENDS[end]}")
+        return lease.acknowledgement(end)
+
+    def delay(self, lease: Lease, seconds: float, again: Leased) -> None:
+        if self._lent.get(lease.id) is lease:
+            self._redo(seconds, again, self.close(lease))
+
+    def stored(self) -> None:
+        """End the held pages storage holds by now."""
+        if self.storage is not None:
+            for lease in self.held:
+                if self.storage.stored(lease.page):
+                    self._send(self.close(lease, STORED))
+
+    def sweep(self, busy: set[int]) -> int:
+        """End the lent leases whose payload is not in ``busy`` (the ids of
+        what the engine is downloading or scraping) and not held: they ended
+        where no acknowledging middleware looked; their end is what the
+        middlewares noted on them, else unknown. How many."""
+        done = [lease for lease in self._lent.values() if id(lease.payload) not in busy and not lease.held]
+        for lease in done:
+            self._send(self.close(lease, DEAD if lease.given_up is not None else end_of(lease.payload, UNKNOWN)))
+        return len(done)
+
+    def unfinished(self) -> list[str]:
+        """Every lease not done (to hand back, not acknowledge)."""
+        return list(self._lent)
+
+    def clear(self) -> None:
+        self._lent.clear()

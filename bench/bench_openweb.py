@@ -358,6 +358,8 @@ def main() -> None:
                    help="page sizes: classic (the test web's, mean 242 kB, as before), small (mean 70 kB), "
                         "big (mean 220 kB, ~1.5 s transfers) or both (small and big) in turn")
     p.add_argument("--plain-http", action="store_true")
+    p.add_argument("--robots-sitemaps", action="store_true",
+                   help="every robots.txt names /sitemap.xml listing the domain's pages (already linked)")
     p.add_argument("--only", choices=("ours", "scrapy", "bare"), action="append",
                    help="run only these crawlers (may be given twice: --only ours --only bare)")
     p.add_argument("--offenders", type=Path,
@@ -389,7 +391,7 @@ def main() -> None:
         config = WebConfig(domains=args.domains, pages=args.pages, tls=not args.plain_http,
                            latency_ms=args.latency_ms, bandwidth=bandwidth, crawl_delay_share=0.0,
                            private_share=0.02, dup_share=0.1, cross_share=0.1,
-                           size_median=median, size_mean=mean)
+                           size_median=median, size_mean=mean, robots_sitemaps=args.robots_sitemaps)
         with tempfile.TemporaryDirectory() as name:
             tmp = Path(name)
             redis = RedisServer(tmp / "redis").start()

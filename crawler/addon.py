@@ -54,6 +54,7 @@ from crawler.worker.config import adopt_scrapy_delays
 from crawler.identity import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
 from crawler.settings_registry import setting, validate
+from crawler.sitemaps.middleware import SitemapMiddleware
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -70,6 +71,8 @@ SCRAPY_REDIS = {
 DOWNLOADER_MIDDLEWARES = {
     FrontierAckDownloaderMiddleware: 1,
     DeadLetterMiddleware: 50,
+    # sees a response after backoff and redirects let it through (CRAWLER_SITEMAPS)
+    SitemapMiddleware: 75,
     SharedRobotsMiddleware: 100,
     ContactUserAgentMiddleware: 500,
     BackoffMiddleware: 550,

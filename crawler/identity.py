@@ -143,13 +143,22 @@ _extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
 
 
 def registered_domain(host: str) -> str:
-    """``www.bbc.co.uk`` -> ``bbc.co.uk``; names without a public suffix
-    (``d0.test``, ``localhost``, IP addresses) stand for themselves."""
+    """``www.bbc.co.uk`` -> ``bbc.co.uk``, by the Public Suffix List's
+    algorithm with its default rule ``*``: under a suffix the list does not
+    know (``.test``, an intranet name) the last label is the suffix, so
+    ``www.d0.test`` -> ``d0.test``. Names that are a suffix themselves
+    (``co.uk``, ``localhost``) and IP addresses stand for themselves."""
     host = host.lower().rstrip(".")
+    if not host or ":" in host or host.startswith("[") or _IPV4.match(host):
+        return host
     result = _extract(host)
-    if result.suffix and result.domain:
-        return f"{result.domain}.{result.suffix}"
-    return host
+    if result.suffix:
+        return f"{result.domain}.{result.suffix}" if result.domain else host
+    labels = host.rsplit(".", 2)  # the default rule: the last label is the public suffix
+    return ".".join(labels[-2:]) if len(labels) > 1 and all(labels[-2:]) else host
+
+
+_IPV4 = re.compile(r"\d+\.\d+\.\d+\.\d+$")
 
 
 def host_of(url: str) -> str:

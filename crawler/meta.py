@@ -15,6 +15,12 @@ Set by the crawler:
 - ``END``: how the request ended, when a middleware decided it (robots.txt
   disallowed it, a filter skipped it); the frontier counts each end.
 - ``WARC``: the page's place in the WARC writer's queue (-1: not stored).
+- ``SITEMAP``: a sitemap request (``crawler/sitemaps/middleware.py``):
+  ``{"site": <registered domain of the robots.txt that named it>, "level":
+  <1 for a sitemap robots.txt names>, "up": [<the sitemap indexes above it>]}``.
+- ``LASTMOD``, ``CHANGEFREQ``, ``PRIORITY``: on a request for a URL a sitemap
+  listed, its ``<lastmod>`` (W3C datetime, as written), ``<changefreq>`` and
+  ``<priority>`` (a float), when the sitemap gave them.
 
 Set by users, per request:
 
@@ -37,6 +43,10 @@ WARC = "_crawler_warc"
 MAX_PAGE_BYTES = "crawler_max_page_bytes"
 ANY_TYPE = "crawler_any_type"
 FALLBACK = "crawler_fallback_url"
+SITEMAP = "crawler_sitemap"
+LASTMOD = "sitemap_lastmod"
+CHANGEFREQ = "sitemap_changefreq"
+PRIORITY = "sitemap_priority"
 
 
 def page_limit(meta: dict, default: int) -> int:

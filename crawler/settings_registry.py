@@ -24,7 +24,9 @@ first used, so this module imports no component). A setting without
 ``default`` is unset by default (``None``; an empty string is unset too).
 
 The README's settings table is generated from this list (``python -m
-crawler.settings_registry``; a test fails when they differ).
+crawler.settings_registry``; a test fails when they differ), but for the
+settings whose ``page`` names a page of their own under ``docs/`` (its table:
+``python -m crawler.settings_registry docs/sitemaps.md``).
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class Setting:
     exclusive_maximum: bool = False
     choices: tuple[str, ...] = ()  # enum: the values; url: the schemes
     check: str = ""  # "module:function" checking the typed value (ValueError)
+    page: str = ""  # the docs page whose settings table lists it ("": the README's)
 
     def row(self) -> str:
         shown = self.shown or f"`{_literal(self.default)}`"
@@ -480,10 +483,13 @@ def writable_file(value: str) -> None:
         raise ValueError(f"must be a file in a writable folder, got {value!r}") from None
 
 
-def markdown_table() -> str:
+def markdown_table(page: str = "") -> str:
+    """The settings table of ``page`` (``""``: the README's)."""
     head = "| setting | default | value | what it does |\n| --- | --- | --- | --- |\n"
-    return head + "\n".join(s.row() for s in SETTINGS) + "\n"
+    return head + "\n".join(s.row() for s in SETTINGS if s.page == page) + "\n"
 
 
 if __name__ == "__main__":
-    print(markdown_table(), end="")
+    import sys
+
+    print(markdown_table(*sys.argv[1:2]), end="")

@@ -121,6 +121,12 @@ def test_method_and_body_count_when_not_a_plain_get() -> None:
     ("https://d17.test:4443", "d17.test"),
     ("http://[::1]:8080/x", "[::1]"),
     ("http://127.0.0.1/x", "127.0.0.1"),
+    # the Public Suffix List's default rule "*": an unknown suffix is the last label
+    ("http://www.example.test/", "example.test"),
+    ("http://a.b.d3.test:8080/", "d3.test"),
+    ("http://files.intranet/x", "files.intranet"),
+    ("http://localhost:8080/", "localhost"),
+    ("http://co.uk/", "co.uk"),
 ])
 def test_domain_of_url(url: str, domain: str) -> None:
     assert domain_of(url) == domain

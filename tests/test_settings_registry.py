@@ -22,6 +22,15 @@ def test_readme_table_is_the_registry() -> None:
     assert table == markdown_table(), "run: python -m crawler.settings_registry, and paste it into README.md"
 
 
+def test_docs_pages_tables_are_the_registry() -> None:
+    pages = {s.page for s in BY_NAME.values() if s.page}
+    assert pages, "no setting documented on a page of its own"
+    for page in pages:
+        text = (ROOT / page).read_text()
+        table = text.split("## Settings\n\n", 1)[1].split("\n\n", 1)[0] + "\n"
+        assert table == markdown_table(page), f"run: python -m crawler.settings_registry {page}, and paste it there"
+
+
 def test_defaults_are_written_only_in_the_registry() -> None:
     read = 0
     for path in (ROOT / "crawler").rglob("*.py"):

@@ -58,6 +58,8 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "redis_out_of_memory": bool(memory.get("maxmemory")) and memory["used_memory"] >= memory["maxmemory"],
         "oom_dropped": counters.get("oom_dropped", 0),
         "ledger": Ledger.from_status({**status, "counters": counters}).as_dict(),
+        # what CRAWLER_SITEMAPS found and dropped, and why (crawler/sitemaps/middleware.py)
+        "sitemaps": {k[len("sitemaps_"):]: v for k, v in sorted(counters.items()) if k.startswith("sitemaps_")},
         "counters": counters,
     }
 
@@ -66,7 +68,8 @@ def text(r: dict[str, Any]) -> str:
     dead = ", ".join(f"{k} {v}" for k, v in sorted(r["dead_letters"].items())) or "none"
     nxt = "-" if r["next_due_seconds"] is None else f"{r['next_due_seconds']:+.1f}s"
     bloom = f", est. false-positive rate {r['bloom_error_rate']:.2e}" if r["bloom_error_rate"] is not None else ""
-    return "\n".join([
+    sitemaps = r.get("sitemaps") or {}
+    lines = [
         f"{r['spider']} shard {r['shard']}",
         f"  queued        {r['queued']} (lag {r['lag_seconds']:.1f}s), inbox {r['inbox']}, delayed {r['delayed']}",
         f"  domains       {r['domains_due']} due now, {r['domains_waiting']} waiting, next due {nxt}",
@@ -82,7 +85,21 @@ def text(r: dict[str, Any]) -> str:
         + (f" of {r['redis_maxmemory'] / 2**20:.1f} MiB" if r["redis_maxmemory"] else "")
         + (f" -- OUT OF MEMORY: new URLs are dropped ({r['oom_dropped']} so far)"
            if r["redis_out_of_memory"] or r["oom_dropped"] else ""),
-    ])
+    ]
+    if sitemaps:
+        lines.append(_sitemaps_line(sitemaps))
+    return "\n".join(lines)
+
+
+def _sitemaps_line(s: dict[str, int]) -> str:
+    """What the sitemaps gave: files, URLs, and where the URLs not kept went."""
+    dropped = ", ".join(f"{s[k]} {k.replace('_', ' ')}" for k in ("offsite", "too_deep", "loops", "disallowed")
+                        if s.get(k))
+    files = ", ".join(f"{s[k]} {k}" for k in ("truncated", "invalid", "failed") if s.get(k))
+    return (f"  sitemaps      {s.get('discovered', 0)} named in robots.txt"
+            + (f" ({s['guessed']} guessed)" if s.get("guessed") else "")
+            + f", {s.get('fetched', 0)} read{f' ({files})' if files else ''}; {s.get('urls', 0)} URLs listed, "
+            f"{s.get('kept', 0)} kept{f', dropped: {dropped}' if dropped else ''}")
 
 
 class Command(ScrapyCommand):

@@ -82,6 +82,12 @@ _WORKER_BYTES = 16_384  # robots.txt bodies from which parsing runs in a worker 
 _DAY = 86_400.0
 _REFUSED = "refused"
 
+#: Signal: this process fetched ``origin``'s robots.txt and it gave rules
+#: (``body``: the text read) or none (a 4xx, unusable redirects: ``body``
+#: ""). Sent once per fetch, by the process that made it; the sitemap
+#: middleware (``crawler/sitemaps/middleware.py``) reads its ``Sitemap:`` lines.
+robots_txt_read = object()
+
 
 class Wait(NamedTuple):
     """No verdict yet: the request waits ``seconds`` in the frontier (``park``:
@@ -290,20 +296,28 @@ class SharedRobotsMiddleware:
             logger.info("robots.txt of %s: %s after %d redirects: no restrictions (RFC 9309 2.3.1.3)",
                         origin, "a loop" if target in chain or target == url else "no end" if target
                         else "an unusable Location", len(chain) + 1)
-            return await self._final(origin, {"mode": "allow", "status": status, "reason": "redirects"}, store)
+            rules = await self._final(origin, {"mode": "allow", "status": status, "reason": "redirects"}, store)
+            self._read(origin, "")
+            return rules
         if status is not None and 200 <= status < 300:
             body = response.body[:self.max_bytes].decode("utf-8", errors="replace")  # type: ignore[union-attr]
             if len(response.body) > self.max_bytes or "download_stopped" in response.flags:  # type: ignore[union-attr]
                 self.stats.inc_value("crawler/robots/truncated")
             rules = await self._final(origin, {"mode": "parse", "status": status, "body": body}, store)
+            self._read(origin, body)
             try:
                 self._apply_crawl_delay(origin, rules)
             except redis.RedisError:
                 logger.warning("Crawl-delay of %s not stored: Redis unavailable", origin)
             return rules
         if status is not None and 400 <= status < 500 and status != 429:
-            return await self._final(origin, {"mode": "allow", "status": status}, store)
+            rules = await self._final(origin, {"mode": "allow", "status": status}, store)
+            self._read(origin, "")
+            return rules
         return self._unreachable(origin, previous, now, status, error, connect, store)
+
+    def _read(self, origin: str, body: str) -> None:
+        self.crawler.signals.send_catch_log(signal=robots_txt_read, origin=origin, body=body)
 
     def _unreachable(self, origin: str, previous: dict[str, Any] | None, now: float, status: int | None,
                      error: str | None, connect: bool, store: Any) -> Wait:

@@ -86,6 +86,8 @@ class BillionSpider(scrapy.Spider):
         "CRAWLER_MAX_PAGE_BYTES": 250_000,
         "CRAWLER_BLOCK_PRIVATE": True,
         "CRAWLER_MAX_DEPTH": 16,
+        # the pages sites list in the sitemaps their robots.txt names (docs/sitemaps.md)
+        "CRAWLER_SITEMAPS": True,
         "CRAWLER_DOMAIN_BUDGET": 100_000,
         "CRAWLER_WARC_DIR": "output/warc",
         # one item per page; Scrapy starts CONCURRENT_ITEMS tasks for every

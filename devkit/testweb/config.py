@@ -67,6 +67,13 @@ class WebConfig:
     latency_ms: float = 0.0  # median time to first byte; 0: answer at once
     latency_sigma: float = 0.5  # spread of the log-normal latency
     bandwidth: int = 0  # bytes per second per connection; 0: unlimited
+    # sites that exist through their sitemaps (devkit/testweb/sitemaps.py):
+    # maps.test, www.maps.test, evil.test (hostile sitemaps), big.test
+    sitemaps: bool = False
+    sitemap_bomb_mib: int = 1024  # evil.test's gzip bombs, decompressed
+    sitemap_big_urls: int = 60_000  # URLs in big.test's sitemap
+    # every d<i>.test's robots.txt names /sitemap.xml, listing its pages
+    robots_sitemaps: bool = False
 
     def __post_init__(self) -> None:
         errors = []
@@ -89,6 +96,8 @@ class WebConfig:
                 errors.append(f"unknown nested kind {kind!r} (known: {', '.join(NESTED_KINDS)})")
         if sum(self.nested.values()) > 1:
             errors.append("nested shares add up to more than 1")
+        if not 1 <= self.sitemap_bomb_mib <= 4096 or self.sitemap_big_urls < 0:
+            errors.append("sitemap_bomb_mib must be within 1..4096, sitemap_big_urls >= 0")
         if self.latency_ms < 0 or self.latency_sigma < 0 or self.bandwidth < 0:
             errors.append("latency_ms, latency_sigma and bandwidth must be >= 0")
         if sum(self.faults.values()) > 1 or sum(self.robots_faults.values()) > 1:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from devkit.testweb.config import NESTED_KINDS, WebConfig
+from devkit.testweb.sitemaps import HOSTS as SITEMAP_HOSTS
+from devkit.testweb.sitemaps import SitemapSites
 
 _WORDS = (
     "crawl polite frontier redis queue domain token bucket lease shard robots "
@@ -114,6 +116,7 @@ class Site:
             _make_filler(max(config.size_max, config.big_size, config.pdf_size))
         )
         self.head = lru_cache(maxsize=20_000)(self._head)
+        self.sitemaps = SitemapSites(self)
 
     # --- what exists -----------------------------------------------------
 
@@ -272,6 +275,8 @@ class Site:
         delay = self.crawl_delay(d)
         if delay is not None:
             lines.append(f"Crawl-delay: {delay:g}")
+        if self.config.robots_sitemaps:
+            lines.append(f"Sitemap: {self.url(d, '/sitemap.xml')}")
         return Reply(200, [("\n".join(lines) + "\n").encode()], content_type=b"text/plain")
 
     def _robots_hop(self, d: int, path: str) -> Reply:
@@ -302,10 +307,14 @@ class Site:
         """The answer to ``target`` on ``host``; ``secure``: asked over HTTPS
         (None: the scheme of the site)."""
         name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+        path = target.split("?", 1)[0].split("#", 1)[0]
+        if self.config.sitemaps and name in SITEMAP_HOSTS:
+            return self.sitemaps.answer(name, path)  # type: ignore[return-value]
         d = self.hosts.get(name)
         if d is None:
             return _small(404, f"no such domain {name!r}")
-        path = target.split("?", 1)[0].split("#", 1)[0]
+        if path == "/sitemap.xml" and self.config.robots_sitemaps:
+            return Reply(200, [self.sitemaps.domain_sitemap(d)], content_type=b"application/xml")
         if path == "/":
             return self._page_or_fault(d, 0)
         if path == "/robots.txt" or path.startswith("/robots/"):

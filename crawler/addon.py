@@ -54,7 +54,7 @@ from crawler.worker.config import adopt_scrapy_delays
 from crawler.identity import Fingerprinter
 from crawler.scheduler.scheduler import FrontierScheduler
 from crawler.settings_registry import setting, validate
-from crawler.sitemaps.middleware import SitemapMiddleware
+from crawler.middlewares.sitemaps import SitemapMiddleware
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

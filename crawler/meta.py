@@ -15,7 +15,7 @@ Set by the crawler:
 - ``END``: how the request ended, when a middleware decided it (robots.txt
   disallowed it, a filter skipped it); the frontier counts each end.
 - ``WARC``: the page's place in the WARC writer's queue (-1: not stored).
-- ``SITEMAP``: a sitemap request (``crawler/sitemaps/middleware.py``):
+- ``SITEMAP``: a sitemap request (``crawler/middlewares/sitemaps.py``):
   ``{"site": <registered domain of the robots.txt that named it>, "level":
   <1 for a sitemap robots.txt names>, "up": [<the sitemap indexes above it>]}``.
 - ``LASTMOD``, ``CHANGEFREQ``, ``PRIORITY``: on a request for a URL a sitemap

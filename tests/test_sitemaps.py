@@ -1,4 +1,4 @@
-"""Sitemaps in real crawls (``crawler/sitemaps/middleware.py``): real
+"""Sitemaps in real crawls (``crawler/middlewares/sitemaps.py``): real
 ``scrapy crawl`` against real Redis and the test web's sitemap sites
 (``devkit/testweb/sitemaps.py``): maps.test, whose pages only its sitemaps
 list; evil.test's hostile sitemaps; big.test's 60,000 URLs."""
@@ -15,9 +15,9 @@ from scrapy.exceptions import NotConfigured
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.meta import ANY_TYPE, CHANGEFREQ, LASTMOD, MAX_PAGE_BYTES, PRIORITY, SITEMAP
-from crawler.scheduler.identity import domain_of
+from crawler.identity import domain_of
 from crawler.sitemaps import Entry
-from crawler.sitemaps.middleware import SitemapMiddleware, robots_sitemaps
+from crawler.middlewares.sitemaps import SitemapMiddleware, robots_sitemaps
 from devkit.testweb.config import WebConfig
 from devkit.testweb.control import LogEntry, TestWebProcess
 from tests.servers import RedisServer, crawler_for, run_scrapy, scrapy_env

@@ -58,7 +58,7 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "redis_out_of_memory": bool(memory.get("maxmemory")) and memory["used_memory"] >= memory["maxmemory"],
         "oom_dropped": counters.get("oom_dropped", 0),
         "ledger": Ledger.from_status({**status, "counters": counters}).as_dict(),
-        # what CRAWLER_SITEMAPS found and dropped, and why (crawler/sitemaps/middleware.py)
+        # what CRAWLER_SITEMAPS found and dropped, and why (crawler/middlewares/sitemaps.py)
         "sitemaps": {k[len("sitemaps_"):]: v for k, v in sorted(counters.items()) if k.startswith("sitemaps_")},
         "counters": counters,
     }

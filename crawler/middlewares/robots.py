@@ -85,7 +85,7 @@ _REFUSED = "refused"
 #: Signal: this process fetched ``origin``'s robots.txt and it gave rules
 #: (``body``: the text read) or none (a 4xx, unusable redirects: ``body``
 #: ""). Sent once per fetch, by the process that made it; the sitemap
-#: middleware (``crawler/sitemaps/middleware.py``) reads its ``Sitemap:`` lines.
+#: middleware (``crawler/middlewares/sitemaps.py``) reads its ``Sitemap:`` lines.
 robots_txt_read = object()
 
 

@@ -15,7 +15,7 @@ Private modules: ``_sniff`` (format), ``_transport`` (gzip), ``_xml`` and
 state machine tying them together).
 """
 
-from crawler.sitemaps._entry import CHANGEFREQS, Entry
+from crawler.sitemaps._entry import CHANGEFREQS, Entry, clean_url
 from crawler.sitemaps._parser import (
     MAX_BYTES,
     MAX_URL_LENGTH,
@@ -51,5 +51,6 @@ __all__ = [
     "SitemapParser",
     "State",
     "WORK_BYTES",
+    "clean_url",
     "parse",
 ]

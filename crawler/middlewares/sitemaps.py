@@ -47,13 +47,13 @@ from scrapy.exceptions import NotConfigured
 
 from crawler.meta import ANY_TYPE, CHANGEFREQ, LASTMOD, MAX_PAGE_BYTES, PRIORITY, SITEMAP
 from crawler.middlewares.robots import robots_txt_read, shared_robots
-from crawler.scheduler.identity import canonicalize, domain_of
-from crawler.scheduler.scheduler import uses_frontier
-from crawler.scheduler.service import frontier_service
+from crawler.identity import canonicalize, domain_of
+from crawler.worker import uses_frontier
+from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import setting
 from crawler.sharding import shard_of
-from crawler.sitemaps import WORK_BYTES, Entry, SitemapParser
-from crawler.sitemaps._entry import clean_url
+from crawler.sitemaps import WORK_BYTES, Entry, SitemapParser, clean_url
+
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

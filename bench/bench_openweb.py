@@ -23,7 +23,7 @@ Measured over the steady window (``--warmup`` seconds after the start to
 
 ``--profile``: page sizes of the test web: ``classic`` (the default: the test
 web's own sizes, median 138 kB, mean 242 kB, at ``--bandwidth``, as the
-figures in bench/README.md before the profiles), ``small`` (log-normal median 30 kB,
+figures in docs/benchmarks.md before the profiles), ``small`` (log-normal median 30 kB,
 mean 70 kB, ``--bandwidth``), ``big`` (median 120 kB, mean 220 kB at 150 kB/s:
 a mean transfer of about 1.5 s), ``both`` one after the other, in one table.
 ``--only bare`` runs bench/bare_crawler.py, a bare asyncio crawler written for
@@ -90,7 +90,7 @@ COMPONENTS = (
 
 
 #: ``--areas``: a finer split, for attributing the gap to the bare crawler
-#: (bench/README.md, "Where the CPU goes"). The collector's CPU shows inside
+#: (docs/benchmarks.md, "Where the CPU goes"). The collector's CPU shows inside
 #: whichever area allocated when a collection started: py-spy cannot see it.
 AREAS = (
     ("WARC", ("warcfile.py", "extensions/warc.py", "fetch/received.py", "isal/", "hashlib")),
@@ -258,7 +258,7 @@ def slack_line(slack: list[float], reference: str, delay: float) -> str:
 #: page-size profiles: (size_median, size_mean, bytes/s per connection); None: --bandwidth
 PROFILES: dict[str, tuple[int, int, int | None]] = {
     # the test web's own sizes (median 138 kB, mean 242 kB) at --bandwidth: the
-    # figures in bench/README.md before the two profiles below
+    # figures in docs/benchmarks.md before the two profiles below
     "classic": (138_000, 242_000, None),
     # HTML of the open web as most pages are: mean about 70 kB (0.14 s at 500 kB/s)
     "small": (30_000, 70_000, None),
@@ -375,7 +375,7 @@ def main() -> None:
                    help="py-spy samples per second (idle threads are not sampled: a run at 70%% CPU "
                         "for 100 s at 300/s keeps about 21,000)")
     p.add_argument("--areas", action="store_true",
-                   help="split CPU per page into the finer areas of AREAS (bench/README.md, 'Where the CPU goes')")
+                   help="split CPU per page into the finer areas of AREAS (docs/benchmarks.md, 'Where the CPU goes')")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a Scrapy setting for our crawl (e.g. CRAWLER_WARC_DIR= : a stripped-down run)")
     args = p.parse_args()
@@ -431,7 +431,7 @@ def main() -> None:
     for sizes in dict.fromkeys(s for s, _, _ in table):
         for key, other in (("bare", "bare"), ("plain", "scrapy")):
             # ours against the other crawler of the same round: the machine's
-            # speed drifts by more than the differences measured (bench/README.md)
+            # speed drifts by more than the differences measured (docs/benchmarks.md)
             ratios = []
             for round_ in range(1, args.repeat + 1):
                 by = {label_.split()[0]: r for s, label_, r in table if s == sizes and r["round"] == round_}

@@ -6,7 +6,7 @@ Scrapy pays on every page whatever the crawl (py-spy, bench_openweb.py):
 
 - ``MemoryStats``: Scrapy 2.13+ wraps every attribute read of its stats
   collector in a ``__getattribute__`` that looks for a deprecated
-  ``spider`` argument, a dozen times per page (bench/README.md). The
+  ``spider`` argument, a dozen times per page (docs/benchmarks.md). The
   methods are Scrapy's own and still take ``spider`` (without the warning).
 - ``LogFormatter``: Scrapy builds a ``Crawled (200)`` and a ``Scraped from``
   DEBUG record for every page and lets the log handler drop them when

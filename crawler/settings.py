@@ -1,8 +1,7 @@
 """Settings of the ``crawler`` Scrapy project.
 
 Only the project's own choices are here: every other setting has its
-default in ``crawler/settings_registry.toml`` (README.md, "Settings
-reference").
+default in ``crawler/settings_registry.toml`` (docs/reference/settings.md).
 """
 
 import importlib.util
@@ -26,7 +25,7 @@ SCHEDULER_PERSIST = True
 TWISTED_DNS_RESOLVER = "crawler.resolver.HostMapResolver"
 
 # uvloop under Twisted's asyncio reactor: 13-16% less CPU per page than
-# asyncio's own loop (bench/README.md). Scrapy reads this setting before
+# asyncio's own loop (docs/benchmarks.md). Scrapy reads this setting before
 # add-ons run, so it lives here, not in the addon.
 ASYNCIO_EVENT_LOOP = "uvloop.Loop" if importlib.util.find_spec("uvloop") else None
 

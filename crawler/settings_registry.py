@@ -23,10 +23,9 @@ starting with ``[`` is a JSON list, else split on commas as Scrapy's
 first used, so this module imports no component). A setting without
 ``default`` is unset by default (``None``; an empty string is unset too).
 
-The README's settings table is generated from this list (``python -m
-crawler.settings_registry``; a test fails when they differ), but for the
-settings whose ``page`` names a page of their own under ``docs/`` (its table:
-``python -m crawler.settings_registry docs/sitemaps.md``).
+The docs' settings reference (``docs/reference/settings.md``) is generated
+from this list as the docs build (``docs/_ext/reference.py``); a setting
+without its ``doc`` fails the build.
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ class Setting:
     name: str
     doc: str
     default: Any = None  # None: unset, or computed (see ``shown``)
-    shown: str = ""  # the default as the README shows it, when not the value itself
+    shown: str = ""  # the default as the docs show it, when not the value itself
     form: str = ""  # one of FORMS
     minimum: float | None = None
     maximum: float | None = None

@@ -30,7 +30,7 @@ A body that arrived compressed (``Content-Encoding``: its bytes as received
 are fewer than the body they decode to) is not compressed a second time: its
 record's gzip member holds the WARC and HTTP heads deflated and the body in
 stored blocks, 7 times cheaper than ISA-L's level 1 over bytes it cannot
-shrink, and no larger (bench/README.md, "Where the CPU goes").
+shrink, and no larger (docs/benchmarks.md, "Where the CPU goes").
 """
 
 from __future__ import annotations

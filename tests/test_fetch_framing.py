@@ -227,7 +227,7 @@ def test_ambiguous_framing_is_refused(outcomes, name: str, message: str) -> None
     ours, theirs = outcomes[name]
     assert ours.error == "DownloadFailedError" and message in ours.message, ours
     if name == "te_and_length":
-        assert theirs.body == b"abc"  # Twisted lets Transfer-Encoding win; refused here (README)
+        assert theirs.body == b"abc"  # Twisted lets Transfer-Encoding win; refused here (docs/differences.md)
     else:
         assert theirs.error == "DownloadFailedError"
 

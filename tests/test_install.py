@@ -1,4 +1,4 @@
-"""The README's install line, in a fresh virtualenv, then scrapy-redis's
+"""The docs' install line (docs/addon.md), in a fresh virtualenv, then scrapy-redis's
 example crawl spider (a RedisCrawlSpider: a RedisSpider with rules) and
 RedisPipeline in a fresh `scrapy startproject`, switched to the addon: one
 Redis, two processes."""
@@ -50,8 +50,8 @@ class SiteSpider(RedisCrawlSpider):
 
 
 def test_install_line_then_scrapy_redis_examples_on_the_addon(redis_url: str, make_web, tmp_path: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert "pip install /path/to/polite-crawler" in readme  # the line tested here
+    page = (ROOT / "docs" / "addon.md").read_text()
+    assert "pip install /path/to/polite-crawler" in page  # the line tested here
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     install = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-compile", "-q", str(ROOT)],

@@ -122,8 +122,8 @@ def test_every_metric_queried_is_exported_by_a_live_crawl(redis_url: str, make_w
     assert values[f"crawler_dead_letters_unrecorded_total{LABELS}"] == 0
 
 
-def test_metric_names_in_the_readme() -> None:
-    section = (ROOT / "README.md").read_text().split("### Prometheus", 1)[1].split("\n### ", 1)[0]
+def test_metric_names_in_the_docs() -> None:
+    section = (ROOT / "docs" / "operations.md").read_text().split("\n## Prometheus\n", 1)[1].split("\n## ", 1)[0]
     assert "crawler_start_time_seconds" in section and "crawler_uptime_seconds" not in section
     assert "ops/grafana-dashboard.json" in section and "ops/prometheus-rules.yml" in section
 

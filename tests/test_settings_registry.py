@@ -1,25 +1,45 @@
-"""The settings registry is the one list: the README's table is generated
-from it, and every default written in the code agrees with it."""
+"""The settings registry is the one list: the docs' settings reference is
+generated from it (a setting without a doc fails the docs build), and every
+default written in the code agrees with it."""
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 
 import pytest
 from scrapy.settings import Settings
 
-from crawler.settings_registry import BY_NAME, markdown_table, setting
+from crawler.settings_registry import BY_NAME, SETTINGS, Setting, setting
 from tests.servers import ROOT
+
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+import reference  # noqa: E402  (docs/_ext/reference.py: the Sphinx extension that writes the reference)
 
 # settings.getint("CRAWLER_X", 5), _number(settings, "CRAWLER_X", 5), ...
 _READ = re.compile(r'(?:(?<!environ\.)get(?:int|float|bool|list|dict)?\(|_number\(\w+, )"((?:CRAWLER|SCHEDULER)_[A-Z_]+)", ([^()]+?)\)')
 
 
-def test_readme_table_is_the_registry() -> None:
-    readme = (ROOT / "README.md").read_text()
-    table = readme.split("## Settings reference\n\n", 1)[1].split("\n\n", 1)[0] + "\n"
-    assert table == markdown_table(), "run: python -m crawler.settings_registry, and paste it into README.md"
+def test_the_docs_settings_reference_is_the_registry() -> None:
+    page = (ROOT / "docs" / "reference" / "settings.md").read_text()
+    assert "<!-- reference: settings -->" in page and "<!-- reference: settings-table -->" in page
+    text, problems = reference.generate("settings")
+    assert problems == []
+    entries = text.split("```{setting} ")[1:]
+    assert [e.split("\n", 1)[0] for e in entries] == [s.name for s in SETTINGS]  # every setting, in order
+    for entry, s in zip(entries, SETTINGS):
+        assert f"- default: {s.shown or '`' + reference._literal_of(s.default) + '`'}\n" in entry, s.name
+        assert f"- value: {s.expects()}\n" in entry and s.doc in entry, s.name
+    assert "- default: `0.0` (`70` in billion)\n- value: a finite number >= 0\n" in text  # CRAWLER_DOMAIN_DELAY
+
+
+@pytest.mark.parametrize("doc", ["", "   "])
+def test_a_setting_without_doc_is_a_docs_build_warning(doc: str) -> None:
+    """`make test` builds the docs with warnings as errors: this warning fails it."""
+    undocumented = Setting(name="CRAWLER_NEW", doc=doc, default=1, form="int")
+    _, problems = reference.settings_markdown([*SETTINGS[:2], undocumented])
+    assert problems == ["setting CRAWLER_NEW has no doc in crawler/settings_registry.toml"]
 
 
 def test_docs_pages_tables_are_the_registry() -> None:

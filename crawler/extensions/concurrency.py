@@ -16,7 +16,7 @@ before each request it starts) is set to the smallest of:
   fetched for a request rides along with it); without a page cap (0, the
   addon's default outside ``billion``) no request has a most, and this
   bound is off. The process's memory per
-  request in flight, measured: README.md, "The billion spider", "Concurrency".
+  request in flight, measured: docs/billion.md, "Concurrency that follows the due domains".
 - **event loop and CPU**: when the loop was late by more than
   ``CRAWLER_CONCURRENCY_MAX_LAG_MS`` (the loop-lag probe's worst, ``looplag.py``,
   or this timer's own lateness) at two adjustments in a row while the loop's

@@ -2,7 +2,7 @@
 
 Python's cyclic collector stops the event loop while it walks every object
 it tracks: a full collection in a busy crawl is the longest stall the loop
-has (bench/README.md). With ``CRAWLER_GC_FREEZE`` (on), everything alive
+has (docs/benchmarks.md). With ``CRAWLER_GC_FREEZE`` (on), everything alive
 when the spider opens (modules, classes, the crawler's own machinery) is
 collected once and then frozen (``gc.freeze``): later collections walk only
 what the crawl made. Every collection is timed: ``crawler/gc/collections/<generation>``,

@@ -14,7 +14,7 @@ Records are compressed with ISA-L at ``CRAWLER_WARC_LEVEL`` (0-3, default 1)
 and written by a thread (:mod:`crawler.warcfile`); at most
 ``CRAWLER_WARC_QUEUE`` pages wait for it, then the crawl waits for the disk.
 ``CRAWLER_WARC_THREAD`` (``auto``) uses the thread only when the process may
-run on more than one CPU (bench/README.md has the measurement).
+run on more than one CPU (docs/benchmarks.md has the measurement).
 
 A page is stored once its records are in a file: only then does the frontier
 count its URL as stored and release its lease. When a write fails (no space,

@@ -5,7 +5,7 @@ buffers by :class:`TLSProtocol`, an asyncio protocol that carries the HTTP
 connection inside it. The standard library's ``ssl`` was tried and dropped:
 linked to OpenSSL 3.0 on current Pythons, its client handshake costs more
 CPU, and reading or setting a session object re-encodes it (measurements in
-bench/README.md).
+docs/benchmarks.md).
 
 - One context, made once from Scrapy's TLS settings.
 - Each host's newest session (the most recent ``CRAWLER_TLS_SESSIONS``

@@ -2,7 +2,7 @@
 
 Protego tries the rules of a group one after another in Python: fine for
 the few rules most sites have, milliseconds per URL for a file of tens of
-thousands of wildcard rules (bench/README.md, bench_robots). Here every rule keeps its rank in Protego's order (longest pattern
+thousands of wildcard rules (docs/benchmarks.md, bench_robots). Here every rule keeps its rank in Protego's order (longest pattern
 first, allow before disallow on a tie), and a URL is only tried against the
 rules that can match it:
 

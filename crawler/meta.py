@@ -18,9 +18,10 @@ Set by the crawler:
 - ``SITEMAP``: a sitemap request (``crawler/middlewares/sitemaps.py``):
   ``{"site": <registered domain of the robots.txt that named it>, "level":
   <1 for a sitemap robots.txt names>, "up": [<the sitemap indexes above it>]}``.
-- ``LASTMOD``, ``CHANGEFREQ``, ``PRIORITY``: on a request for a URL a sitemap
-  listed, its ``<lastmod>`` (W3C datetime, as written), ``<changefreq>`` and
-  ``<priority>`` (a float), when the sitemap gave them.
+- ``LASTMOD``: on a request for a URL a sitemap listed, its ``<lastmod>``
+  (W3C datetime, as written), when the sitemap gave it.
+- ``CHANGEFREQ``: likewise its ``<changefreq>``.
+- ``PRIORITY``: likewise its ``<priority>`` (a float).
 
 Set by users, per request:
 

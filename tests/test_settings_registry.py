@@ -11,7 +11,7 @@ import sys
 import pytest
 from scrapy.settings import Settings
 
-from crawler.settings_registry import BY_NAME, SETTINGS, Setting, setting
+from crawler.settings_registry import BY_NAME, SETTINGS, Setting, markdown_table, setting
 from tests.servers import ROOT
 
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))

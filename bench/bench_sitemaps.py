@@ -97,12 +97,16 @@ def crawl(args: argparse.Namespace) -> None:
                    "-s", f"CRAWLER_WARC_DIR={tmp / 'warc'}", "-s", f"CRAWLER_STATS_FILE={stats_file}",
                    "-s", "CRAWLER_LOOP_PROBE_INTERVAL=0.01"]
             env = scrapy_env(redis.url, CRAWLER_CONTACT="ops@example.org")
+            env.update({k: v for k, v in os.environ.items() if k.startswith("PYTHONASYNCIO")})  # debug: slow callbacks named
             started = time.perf_counter()
             proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                     text=True)
             assert proc.stderr is not None
             err = proc.stderr.read()
             _, status, usage = os.wait4(proc.pid, 0)
+            for line in err.splitlines():
+                if "Executing <" in line and " took " in line:
+                    print("slow:", line[-300:])
             if status != 0:
                 print(err[-3000:])
                 raise SystemExit("the crawl failed")

@@ -163,7 +163,7 @@ def test_stacked_bomb_stops_at_the_cap_or_fails_at_maxsize() -> None:
     capped, over, under = asyncio.run(fetch_raw([answer] * 3, piece=4096, CRAWLER_MAX_PAGE_BYTES=CAP))  # kept, cut
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert len(capped.body) == CAP + 1 and "download_stopped" in capped.flags
+    assert len(capped.body) == CAP and "download_stopped" in capped.flags
     assert capped.body.startswith(b"<html>\0\0") and "content-encoding" not in capped.headers
     assert peak < 10_000_000, peak
     (failed,) = asyncio.run(fetch_raw([answer], piece=4096, CRAWLER_SIZECAP_ENABLED=False,
@@ -182,7 +182,7 @@ def test_download_maxsize_bounds_decoded_bytes_without_the_page_cap() -> None:
     (under,) = asyncio.run(fetch_raw([answer], CRAWLER_SIZECAP_ENABLED=False, DOWNLOAD_MAXSIZE=20_000_000))
     (capped,) = asyncio.run(fetch_raw([answer], CRAWLER_MAX_PAGE_BYTES=CAP))
     assert len(under.body) == 10_000_000 and not under.error
-    assert len(capped.body) == CAP + 1 and "download_stopped" in capped.flags  # the page cap truncates
+    assert len(capped.body) == CAP and "download_stopped" in capped.flags  # the page cap truncates
 
 
 def test_repeated_identical_content_length_is_accepted(outcomes) -> None:
@@ -271,4 +271,4 @@ def test_one_read_past_the_cap_and_maxsize_is_cut_at_the_cap() -> None:
         return exchange
 
     exchange = asyncio.run(run())
-    assert exchange.cut and exchange.kept == 50_001 and exchange.received == 50_001
+    assert exchange.cut and exchange.kept == 50_000 and exchange.received == 50_001  # the cut body ends at the cap

@@ -42,6 +42,11 @@ if TYPE_CHECKING:
     from crawler.fetch._decode import Decoder
 
 HeaderList = list[tuple[bytes, bytes]]
+#: decoded bytes made in one turn of the event loop: a body that inflates
+#: far (a decompression bomb, up to a 50 MiB cap) is decoded in steps of
+#: this size with the loop let run between them, reading paused meanwhile
+#: (one step of zeros is a few milliseconds of zlib)
+DECODE_STEP = 1 << 20
 _CHUNK_LINE_MAX = 4096
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}[ \t]*")  # up to the ";" of an extension
 
@@ -65,9 +70,9 @@ class Exchange:
                  head_only: bool, raw: bool = False) -> None:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.on_head = on_head  # False: stop at the headers
-        self.limit = limit  # decoded bytes kept; one more marks a cut
+        self.limit = limit  # decoded bytes kept; one more read marks a cut (the body ends at the cap)
         self.maxsize = maxsize  # bytes received, or decoded, before the download fails (0: none)
-        # decoded bytes kept; one more is a cut (the page cap) or, under maxsize, a failure
+        # decoded bytes kept; one more read is a cut (the page cap) or, under maxsize, a failure
         self.cap = min(limit, maxsize) if maxsize else limit
         self.max_head = max_head
         self.head_only = head_only
@@ -94,6 +99,9 @@ class Exchange:
         self.raw_head = b""  # with raw: the final head as received, its empty line included
         # with raw: body bytes as received, where they differ from the parts kept (decoded or chunked)
         self.raw_parts: list[bytes] | None = [] if raw else None
+        self.reading: asyncio.ReadTransport | None = None  # paused while decoded output waits
+        self._pulling = False  # decoded output waits: pulled in the next turn of the loop
+        self._end_waits = False  # the body ended while output waited: finish once it is pulled
 
     @property
     def finished(self) -> bool:
@@ -289,14 +297,46 @@ class Exchange:
         if self.decoder is not None and self.maxsize and self.received > self.maxsize:
             self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes)"))
             return
-        if self.decoder is not None:
-            if self.raw_parts is not None and not self.chunked:  # chunked: kept with their framing
-                self.raw_parts.append(data)
-            try:
-                data = self.decoder.feed(data, room)
-            except Exception as e:
-                self.fail(BodyDecodeError(f"cannot decode the body: {e}"))
-                return
+        if self.decoder is None:
+            self._kept(data)
+            return
+        if self.raw_parts is not None and not self.chunked:  # chunked: kept with their framing
+            self.raw_parts.append(data)
+        self._decode(data)
+
+    def _decode(self, data: bytes) -> None:
+        """Decode ``data`` (b"": what the decoder still holds), at most
+        ``DECODE_STEP`` bytes now; the rest in later turns of the loop."""
+        assert self.decoder is not None
+        room = self.cap + 1 - self.kept
+        step = min(room, DECODE_STEP)
+        try:
+            out = self.decoder.feed(data, step)
+        except Exception as e:
+            self.fail(BodyDecodeError(f"cannot decode the body: {e}"))
+            return
+        self._kept(out)
+        if self.finished:
+            return
+        if len(out) == step < room:  # more may wait in the decoder
+            if not self._pulling:
+                self._pulling = True
+                if self.reading is not None:
+                    self.reading.pause_reading()
+                asyncio.get_running_loop().call_soon(self._pull)
+        elif self._pulling is False and self._end_waits:
+            self._end_waits = False
+            self.finish()
+
+    def _pull(self) -> None:
+        self._pulling = False
+        if self.finished:
+            return
+        self._decode(b"")
+        if not self._pulling and not self.finished and self.reading is not None and not self.reading.is_closing():
+            self.reading.resume_reading()
+
+    def _kept(self, data: bytes) -> None:
         if data:
             self.parts.append(data)
             self.kept += len(data)
@@ -305,10 +345,16 @@ class Exchange:
                 decoded = " once decoded" if self.decoder is not None else ""
                 self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes){decoded}"))
                 return
-            self.cut = True
+            self.cut = True  # the body ends at the cap, its flag says it was cut
+            excess = self.kept - self.cap
+            self.parts[-1] = self.parts[-1][:-excess]
+            self.kept = self.cap
             self.finish()
 
     def finish(self) -> None:
+        if self._pulling and not self.cut:
+            self._end_waits = True  # decoded output still waits: the body ends once it is pulled
+            return
         if self.cut or self.length > 0 or self.chunked and self.chunk_left != -2:
             self.keep_alive = False
         if not self.done.done():
@@ -349,6 +395,7 @@ class Connection(asyncio.Protocol):
     def send(self, data: bytes, exchange: Exchange) -> None:
         assert self.transport is not None
         self.exchange = exchange
+        exchange.reading = self.transport  # paused while a body's decoded output waits
         self.transport.write(data)
 
     def data_received(self, data: bytes) -> None:

@@ -86,7 +86,9 @@ class SizeCapMiddleware:
         if limit and (len(response.body) > limit or "download_stopped" in response.flags):
             self.stats.inc_value("crawler/truncated")
             request.meta[TRUNCATED] = True
-            return response.replace(body=response.body[:limit], flags=[*response.flags, "truncated"])
+            # the handler ends a cut body at the cap: no copy of it (a sitemap's is 50 MiB)
+            body = response.body if len(response.body) <= limit else response.body[:limit]
+            return response.replace(body=body, flags=[*response.flags, "truncated"])
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:

@@ -16,7 +16,6 @@ import json
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -35,7 +34,7 @@ from crawler.meta import ATTEMPTS
 from crawler.middlewares.backoff import BackoffMiddleware
 from crawler.settings_registry import SettingsError
 from devkit.testweb.control import consecutive
-from tests.servers import RedisServer, scrapy_env
+from tests.servers import RedisServer, scrapy_env, wait_until
 
 SCRAPY_REDIS_DEFAULT = "redis://localhost:6379/0"
 
@@ -275,11 +274,12 @@ def test_scrapy_redis_example_project_on_the_addon(make_web, tmp_path: Path) -> 
             # both workers up and waiting on their frontier, then the example's own workflow:
             # start URLs pushed to localhost:6379 with redis-cli
             opened = "Frontier crawler:{myspider_redis:0} opened on Redis at redis://localhost:6379/0"
-            give_up = time.monotonic() + 120  # a guard against hanging, not a speed check
-            while not all(opened in path.read_text() for path in logs):
-                assert all(p.poll() is None for p in procs) and time.monotonic() < give_up, \
+            def both_opened() -> bool:
+                assert all(p.poll() is None for p in procs), \
                     logs[0].read_text()[-3000:] + logs[1].read_text()[-3000:]
-                time.sleep(0.1)
+                return all(opened in path.read_text() for path in logs)
+
+            wait_until(both_opened, 120, "both workers waiting on their frontier", every=0.1)
             subprocess.run(["redis-cli", "lpush", "myspider:start_urls", *urls], check=True, capture_output=True,
                            timeout=30)
             for proc in procs:

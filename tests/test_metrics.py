@@ -23,7 +23,7 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from crawler.extensions.metrics import FrontierExporter
-from tests.servers import ROOT, free_port, scrapy_env
+from tests.servers import ROOT, free_port, scrapy_env, wait_until
 
 QUIET = dict(links=6, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2, crawl_delay_share=0)
 LABELS = '{shard="0",spider="demo"}'
@@ -74,14 +74,15 @@ def test_prometheus_metrics_during_a_crawl(redis_url: str, make_web) -> None:
     proc = subprocess.Popen(demo(port, [web.url(0), web.url(1)], "-s", "CRAWLER_DOMAIN_DELAY=0.1"),
                             cwd=ROOT, env=scrapy_env(redis_url), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    body = openmetrics = ""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
+    def three_fetches() -> tuple[str, str] | None:
+        if proc.poll() is not None:
+            return "", ""  # ended first: the assertions below say what it saw
         text = scrape(port)
-        if samples(text).get(f"crawler_fetch_duration_seconds_count{LABELS}", 0) >= 3:
-            body, openmetrics = text, scrape(port, openmetrics=True)
-            break
-        time.sleep(0.2)
+        if samples(text).get(f"crawler_fetch_duration_seconds_count{LABELS}", 0) < 3:
+            return None
+        return text, scrape(port, openmetrics=True)
+
+    body, openmetrics = wait_until(three_fetches, 60, "three fetches scraped")
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-3000:]
     assert body, "no scrape saw three fetches"
@@ -123,15 +124,12 @@ def test_frontier_gauges_come_from_one_process(redis_url: str, make_web) -> None
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for port in ports]
     try:
-        exporters: list[float] = []
-        bodies: list[dict[str, float]] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def one_exporter() -> tuple[list[dict[str, float]], list[float]] | None:
             bodies = [samples(scrape(port)) for port in ports]
             exporters = [b.get(f"crawler_frontier_exporter{LABELS}", -1) for b in bodies]
-            if -1 not in exporters and sum(exporters) == 1:
-                break
-            time.sleep(0.2)
+            return (bodies, exporters) if -1 not in exporters and sum(exporters) == 1 else None
+
+        bodies, exporters = wait_until(one_exporter, 60, "one process exporting the frontier's gauges")
         assert sorted(exporters) == [0, 1], exporters
         holder = exporters.index(1)
         other = 1 - holder
@@ -143,15 +141,12 @@ def test_frontier_gauges_come_from_one_process(redis_url: str, make_web) -> None
         # the holder stops: it gives the lease up and the other takes the gauges over
         err = stop(procs[holder])
         assert "Traceback" not in err, err[-3000:]
-        took_over = False
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and procs[other].poll() is None:
+        def taken_over() -> dict[str, float] | None:
+            assert procs[other].poll() is None, "the other process ended before taking the gauges over"
             values = samples(scrape(ports[other]))
-            if values.get(f"crawler_frontier_exporter{LABELS}") == 1:
-                took_over = f"crawler_frontier_queued{LABELS}" in values
-                break
-            time.sleep(0.2)
-        assert took_over
+            return values if values.get(f"crawler_frontier_exporter{LABELS}") == 1 else None
+
+        assert f"crawler_frontier_queued{LABELS}" in wait_until(taken_over, 30, "the other process exporting")
     finally:
         for proc in procs:
             stop(proc)
@@ -168,9 +163,12 @@ def test_metrics_port_in_use_is_one_line(redis_url: str, make_web) -> None:
                                 cwd=ROOT, env=scrapy_env(redis_url), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         leases: list[bytes] = []
-        while proc.poll() is None:  # a process without metrics never holds the exporter lease
-            leases += client.keys("*:metrics:*")
-            time.sleep(0.05)
+
+        def ended() -> bool:  # sampled all along: a process without metrics never holds the exporter lease
+            leases.extend(client.keys("*:metrics:*"))
+            return proc.poll() is not None
+
+        wait_until(ended, 120, "the crawl ending", every=0.05)
         _, err = proc.communicate(timeout=120)
     client.close()
     assert proc.returncode == 0, err[-3000:]
@@ -193,8 +191,8 @@ def test_exporter_lease(redis_client: redis.Redis) -> None:
     assert not a.held and redis_client.get(key) is None
     assert b.hold() and not a.hold()
     # the holder stops renewing (it died): the lease lapses, in Redis and in its own view
-    time.sleep(1.1)
-    assert not b.held and redis_client.get(key) is None
+    wait_until(lambda: redis_client.get(key) is None, 5, "the lease's key expiring")
+    assert not b.held  # its own view ends before Redis's (the margin)
     assert a.hold() and not b.hold()
     # the lease's key deleted under its holder (a flush) and taken by another:
     # the old holder learns it at its next renewal and leaves the new one's lease alone

@@ -10,7 +10,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from collections import Counter
@@ -118,12 +117,11 @@ def test_deploy_schedule_status_and_cancel(nodes: list[Scrapyd], redis_url: str,
     first = run_of(scheduled)
     assert f"shard 0/3: job billion-0-of-3-{first} on {nodes[0].url}" in scheduled.stdout
     assert f"shard 1/3: job billion-1-of-3-{first} on {nodes[1].url}" in scheduled.stdout
-    deadline = time.monotonic() + 150
-    while time.monotonic() < deadline:
+    def all_finished() -> subprocess.CompletedProcess[str] | None:
         status = cluster("status", "billion", "--nodes", urls, "--shards", "3")
-        if status.stdout.count(": finished") == 3:
-            break
-        time.sleep(1)
+        return status if status.stdout.count(": finished") == 3 else None
+
+    status = wait_until(all_finished, 150, "three shards finished", every=1)
     assert status.stdout.count(": finished") == 3 and "finish reason finished" in status.stdout, status.stdout
     assert status.returncode == 0 and f"run {first}: billion, 3 shards" in status.stdout
     fetched = Counter((e.domain, e.path) for e in web.log() if e.path != "/robots.txt")
@@ -137,10 +135,8 @@ def test_deploy_schedule_status_and_cancel(nodes: list[Scrapyd], redis_url: str,
     assert slow.returncode == 0, slow.stdout + slow.stderr
     second = run_of(slow)
     assert second != first
-    deadline = time.monotonic() + 60
-    while (status := cluster("status", "billion", "--nodes", urls)).stdout.count(": running") < 2:
-        assert time.monotonic() < deadline, status.stdout
-        time.sleep(0.5)
+    status = wait_until(lambda: (s := cluster("status", "billion", "--nodes", urls)).stdout.count(": running") >= 2
+                        and s, 60, "two shards running", every=0.5)
     assert f"run {second}: billion, 2 shards" in status.stdout and first not in status.stdout
     older = cluster("status", "billion", "--nodes", urls, "--run", first)
     assert older.returncode == 0 and older.stdout.count(": finished") == 3, older.stdout
@@ -151,10 +147,8 @@ def test_deploy_schedule_status_and_cancel(nodes: list[Scrapyd], redis_url: str,
     cancelled = cluster("cancel", "billion", "--nodes", urls)
     assert cancelled.returncode == 0 and cancelled.stdout.count(f"-of-2-{second} on ") == 2, cancelled.stdout
     assert "was running" in cancelled.stdout
-    deadline = time.monotonic() + 60
-    while (status := cluster("status", "billion", "--nodes", urls)).stdout.count(": finished") < 2:
-        assert time.monotonic() < deadline, status.stdout
-        time.sleep(0.5)
+    status = wait_until(lambda: (s := cluster("status", "billion", "--nodes", urls)).stdout.count(": finished") >= 2
+                        and s, 60, "two cancelled shards finished", every=0.5)
     assert status.stdout.count("finish reason shutdown") == 2, status.stdout
 
 
@@ -164,10 +158,7 @@ def test_failed_job_is_reported_failed(nodes: list[Scrapyd]) -> None:
     # as an older `cluster schedule` submitted it: no CRAWLER_CONTACT, which the node does not have
     run = "20260101T000000Z"
     node.schedule({"spider": "billion", "jobid": f"billion-0-of-1-{run}", "shard": "0", "shards": "1"})
-    deadline = time.monotonic() + 60
-    while not node.jobs()["finished"]:
-        assert time.monotonic() < deadline, node.jobs()
-        time.sleep(0.5)
+    wait_until(lambda: node.jobs()["finished"], 60, "the job finished", every=0.5)
     status = cluster("status", "billion", "--nodes", node.url)
     assert status.returncode == 1, status.stdout + status.stderr
     assert f"shard 0: failed    billion-0-of-1-{run} on {node.url}: the billion spider crawls the open web: " \
@@ -178,10 +169,8 @@ def test_failed_job_is_reported_failed(nodes: list[Scrapyd]) -> None:
                         "--redis", dead, *CONTACT)
     assert scheduled.returncode == 0, scheduled.stdout + scheduled.stderr
     second = run_of(scheduled)
-    deadline = time.monotonic() + 60
-    while "failed" not in (status := cluster("status", "billion", "--nodes", node.url)).stdout:
-        assert time.monotonic() < deadline, status.stdout
-        time.sleep(0.5)
+    status = wait_until(lambda: "failed" in (s := cluster("status", "billion", "--nodes", node.url)).stdout and s,
+                        60, "the job reported failed", every=0.5)
     assert status.returncode == 1 and f"run {second}: billion, 1 shards" in status.stdout
     line = next(line for line in status.stdout.splitlines() if line.startswith("shard 0: "))
     assert line.startswith(f"shard 0: failed    billion-0-of-1-{second} on {node.url}: ") and dead[8:] in line, line

@@ -207,3 +207,25 @@ def test_off_unless_asked_and_what_a_listed_url_carries(redis_url: str) -> None:
     middleware._listed([Entry("http://site.test/deeper.xml", "sitemap", None, None, None)],
                        child.meta[SITEMAP], [], counts)
     assert queued == [] and counts["too_deep"] == 1
+
+
+def test_guess_finds_an_unnamed_sitemap_only_when_asked(redis_url: str, make_web, tmp_path: Path) -> None:
+    """robots.txt names no sitemap, /sitemap.xml lists the site's pages, and
+    the crawl starts at a page with no links (a 404): without
+    CRAWLER_SITEMAP_GUESS only that page is fetched; with it, /sitemap.xml
+    once and every page it lists."""
+    web = make_web(domains=1, pages=6, crawl_delay_share=0, private_share=0, cross_share=0, dup_share=0,
+                   sitemap_unnamed=True)
+    host = web.domains[0]
+    for guess in ("False", "True"):
+        result = run_scrapy(["crawl", "demo", "-a", f"start_urls={web.url(host, '/none')}", "-s", "CRAWLER_SITEMAPS=True",
+                             "-s", f"CRAWLER_SITEMAP_GUESS={guess}", "-s", "CRAWLER_DOMAIN_DELAY=0.02",
+                             "-s", "SCHEDULER_FLUSH_ON_START=True", "-s", "CRAWLER_PROGRESS_INTERVAL=0"],
+                            env(redis_url))
+        assert result.returncode == 0, result.stderr[-3000:]
+        paths = [e.target for e in web.log() if e.domain == host]
+        pages = {f"/p/{k}.html" for k in range(1, 6)}
+        if guess == "False":
+            assert "/sitemap.xml" not in paths and not pages & set(paths), paths
+        else:
+            assert paths.count("/sitemap.xml") == 1 and pages <= set(paths), paths

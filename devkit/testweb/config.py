@@ -74,6 +74,9 @@ class WebConfig:
     sitemap_big_urls: int = 60_000  # URLs in big.test's sitemap
     # every d<i>.test's robots.txt names /sitemap.xml, listing its pages
     robots_sitemaps: bool = False
+    # every d<i>.test serves that /sitemap.xml without naming it in robots.txt
+    # (what CRAWLER_SITEMAP_GUESS finds)
+    sitemap_unnamed: bool = False
 
     def __post_init__(self) -> None:
         errors = []

@@ -313,7 +313,7 @@ class Site:
         d = self.hosts.get(name)
         if d is None:
             return _small(404, f"no such domain {name!r}")
-        if path == "/sitemap.xml" and self.config.robots_sitemaps:
+        if path == "/sitemap.xml" and (self.config.robots_sitemaps or self.config.sitemap_unnamed):
             return Reply(200, [self.sitemaps.domain_sitemap(d)], content_type=b"application/xml")
         if path == "/":
             return self._page_or_fault(d, 0)

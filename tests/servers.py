@@ -8,7 +8,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -161,8 +163,37 @@ def have_redis() -> bool:
         return False
 
 
-__all__ = ["ROOT", "RedisClusterServers", "RedisServer", "free_port", "have_redis", "run_scrapy", "scrapy_env",
-           "wait_until"]
+
+@contextmanager
+def files_server(bodies: dict[str, tuple[str, bytes]]) -> Iterator[str]:
+    """A threaded HTTP server on 127.0.0.1 answering ``bodies`` (path ->
+    (Content-Type, body)) and 404 for any other path; yields ``host:port``."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Files(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            kind, body = bodies.get(self.path, ("text/plain", b"not here"))
+            self.send_response(200 if self.path in bodies else 404)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Files)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+__all__ = ["ROOT", "RedisClusterServers", "RedisServer", "files_server", "free_port", "have_redis", "run_scrapy",
+           "scrapy_env", "wait_until"]
 
 
 class RedisClusterServers:

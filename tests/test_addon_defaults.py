@@ -14,9 +14,7 @@ import hashlib
 import json
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ from scrapy.utils.test import get_crawler
 from crawler.addon import Addon
 from crawler.settings_registry import setting
 from crawler.spiders.billion import BillionSpider
-from tests.servers import ROOT
+from tests.servers import ROOT, files_server as serve_files
 
 # bodies larger than billion's page cap, of the kinds billion skips
 BODIES = {
@@ -55,27 +53,10 @@ class FilesSpider(scrapy.Spider):
 '''
 
 
-class _Files(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        kind, body = BODIES.get(self.path, ("text/plain", b""))
-        self.send_response(200 if self.path in BODIES else 404)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def files_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Files)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_files(BODIES) as where:
+        yield f"http://{where}"
 
 
 def test_a_fresh_project_with_only_the_addon_gets_every_body_whole(redis_url: str, files_server: str,

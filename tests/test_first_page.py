@@ -17,15 +17,13 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from crawler.embedded import find_redis_server
-from tests.servers import ROOT
+from tests.servers import ROOT, files_server as serve_files
 
 PAGE = ROOT / "docs" / "addon.md"
 #: what `python -m build` needs of a checkout (tests/test_scrapyd.py's list)
@@ -66,27 +64,10 @@ def script(page: str, server: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-class _Files(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        kind, body = BODIES.get(self.path, ("text/plain", b"not here"))
-        self.send_response(200 if self.path in BODIES else 404)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def files_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Files)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_files(BODIES) as where:
+        yield f"{where}"
 
 
 def test_the_page_has_the_steps_a_new_user_needs() -> None:

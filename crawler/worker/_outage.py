@@ -2,15 +2,8 @@
 retries) or losing the frontier (the data is gone: said once, and the crawl
 stops).
 
-The frontier keeps an epoch record, ``<base>:epoch`` (an id and when it was
-made, on the server's clock), written by ``epoch.lua`` when a worker opens a
-frontier that has none. A worker remembers the id and the highest value of
-the lease id counter (``<base>:seq``, which only grows) it has seen. Every
-dequeue sends both and the script refuses to do anything, acknowledgements
-included, when the record is gone (Redis restarted without persistence, was
-flushed, failed over to an empty replica), holds another id (another worker
-made a new epoch), or the counter is lower (Redis restarted from an older
-snapshot: the frontier went back in time). When no dequeue happened for
+How a loss is seen (the epoch record every dequeue checks) is told in
+``crawler/store/epoch.py``. When no dequeue happened for
 :data:`CHECK_EVERY` seconds (an idle worker), the scheduler's tick looks.
 
 :class:`Epoch` is the worker's memory of it (kept by the

@@ -6,6 +6,7 @@ inputs checked before anything is submitted, and refusal."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import subprocess
@@ -140,9 +141,16 @@ def test_deploy_schedule_status_and_cancel(nodes: list[Scrapyd], redis_url: str,
     assert f"run {second}: billion, 2 shards" in status.stdout and first not in status.stdout
     older = cluster("status", "billion", "--nodes", urls, "--run", first)
     assert older.returncode == 0 and older.stdout.count(": finished") == 3, older.stdout
-    logs = sorted(p.name for n in nodes for p in (n.dir / "logs" / "crawler" / "billion").glob("*.log"))
-    assert logs == sorted([*(f"billion-{i}-of-3-{first}.log" for i in range(3)),
-                           *(f"billion-{i}-of-2-{second}.log" for i in range(2))])
+    expected = sorted([*(f"billion-{i}-of-3-{first}.log" for i in range(3)),
+                       *(f"billion-{i}-of-2-{second}.log" for i in range(2))])
+
+    def logs() -> list[str]:
+        return sorted(p.name for n in nodes for p in (n.dir / "logs" / "crawler" / "billion").glob("*.log"))
+
+    # Scrapyd says "running" before its launcher has made the job's log file
+    with contextlib.suppress(TimeoutError):
+        wait_until(lambda: logs() == expected, 30, "every job's log file")
+    assert logs() == expected
 
     cancelled = cluster("cancel", "billion", "--nodes", urls)
     assert cancelled.returncode == 0 and cancelled.stdout.count(f"-of-2-{second} on ") == 2, cancelled.stdout

@@ -52,6 +52,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free ports (a service that numbers
+    its processes' ports from a base: ``--metrics-port``)."""
+    while True:
+        base = free_port()
+        if base + count > 65535:
+            continue
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+
+
 def free_cluster_port() -> int:
     """A free port whose cluster-bus port (port + 10000) is free too."""
     while True:

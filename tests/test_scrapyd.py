@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from crawler.commands.cluster import deploy_targets, judge_log
-from tests.servers import ROOT, free_port, scrapy_env, wait_until
+from tests.servers import ROOT, free_port, free_port_run, scrapy_env, wait_until
 
 QUIET = dict(links=6, size_fixed=3000, private_share=0, cross_share=0.3, dup_share=0.2, crawl_delay_share=0)
 
@@ -271,7 +271,7 @@ def test_basic_auth_from_scrapy_cfg_and_a_metrics_port_per_job(redis_url: str, m
         web = make_web(domains=8, pages=20, **QUIET)
         seeds = tmp_path / "seeds.txt"
         seeds.write_text("".join(f"{web.url(d)}\n" for d in range(8)))
-        base = free_port()
+        base = free_port_run(2)
         sd = tmp_path / "prometheus" / "crawler.json"
         sd.parent.mkdir()
         # two jobs on one node: each its own metrics port, both listed for Prometheus's file_sd
@@ -292,7 +292,11 @@ def test_basic_auth_from_scrapy_cfg_and_a_metrics_port_per_job(redis_url: str, m
             return all(t.is_file() and f"Prometheus metrics on http://127.0.0.1:{base + shard}/metrics" in t.read_text()
                        for shard, t in enumerate(texts))
 
-        wait_until(served, 60, "both jobs' metrics lines", every=0.2)
+        try:
+            wait_until(served, 60, "both jobs' metrics lines", every=0.2)
+        except TimeoutError:
+            raise AssertionError("\n".join(f"{p.name}:\n{p.read_text()[-3000:]}" for p in logs.glob("*.log"))
+                                 or f"no job log in {logs}") from None
 
         def scraped() -> list[int]:  # and a running one answers there with its own shard
             found = []

@@ -29,7 +29,10 @@ before each request it starts) is set to the smallest of:
 - ``CONCURRENT_REQUESTS`` when it is above 0, Scrapy's default of 16
   included (Scrapy's meaning: a cap; ``0``, Scrapy's "no limit", is what
   leaves the cap to the bounds above: ``billion`` sets it), and
-  ``CRAWLER_CONCURRENCY_MAX``.
+  ``CRAWLER_CONCURRENCY_MAX``. As in Scrapy, the cap holds the requests the
+  engine starts: a robots.txt or sitemap fetched for one of them goes to the
+  downloader beside it (Scrapy's ``engine.download``), so what is in flight
+  may exceed the cap by those.
 
 Stats: ``crawler/concurrency/cap`` and ``in_flight`` (at the last
 adjustment), ``cap_max``, ``in_flight_max``, ``due`` (domains due at the last

@@ -20,6 +20,7 @@ Measured over the steady window (``--warmup`` seconds after the start to
         [--concurrency 1000] [--latency-ms 200] [--bandwidth 500000] [--plain-http]
         [--profile classic|small|big|both] [--only ours|scrapy|bare]... [--crawler-root PATH]
         [--before-root PATH] [--repeat N] [--offenders FILE]
+        [--addresses N] [--address-skew 0.8] [--ip-delay SECONDS] [--cdn-domains N] [--shared-min N]
 
 ``--profile``: page sizes of the test web: ``classic`` (the default: the test
 web's own sizes, median 138 kB, mean 242 kB, at ``--bandwidth``, as the
@@ -38,6 +39,27 @@ median of the rounds is printed.
 FILE (both requests' targets, statuses, arrival and end of answer): the
 audit's count says whether there were any, the file says which.
 
+``--addresses N`` spreads the domains over N loopback addresses shaped like
+shared hosting (WebConfig.addresses, ``--address-skew`` its exponent: one
+address with hundreds of domains, a few with tens, most with one or two),
+and passes each crawler the layout's host map (``CRAWLER_HOST_MAP``, every
+``d<i>.test`` to its address, as JSON with ``-s``; the bare crawler takes
+none and goes to 127.0.0.1 for every host). ``--ip-delay`` is passed to ours
+as ``CRAWLER_IP_DELAY``. Each run then also prints a per-address audit from
+the test web's log (each interval from the end of an answer to the next
+arrival at that address against the ip delay, and the most requests in
+flight at once at one address), and the per-address bound: the sum over
+addresses of min(k / (D + t), 1 / (d_ip + t)) pages/s, k the domains the
+layout puts on the address (all of them, not only those with pages left),
+D the per-domain delay, d_ip the ip delay, t the mean time from a request's
+arrival to the end of its answer in the window; it bounds requests (a
+robots.txt takes an address's turn as a page does), and the run's
+requests/s in the window are set against it. ``--cdn-domains N`` puts N
+domains on the first address, a CDN-like front end; ``--shared-min`` is our
+crawler's ``CRAWLER_IP_SHARED_MIN_DOMAINS``: under N, that address's bound
+is a shared front end's pace (min(4 per s, 4 / t) at the crawler's
+defaults) instead of 1 / (d_ip + t).
+
 ``--plain-http`` serves plain HTTP and ``--latency-ms 0 --bandwidth 0`` an
 instant web: figures of such a run are labelled as stripped-down.
 ``--crawler-root`` runs the billion spider from another checkout (to
@@ -51,6 +73,7 @@ and the bare crawler's) or from its arrival (Scrapy's ``DOWNLOAD_DELAY``).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -64,8 +87,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from devkit.testweb.config import WebConfig  # noqa: E402
-from devkit.testweb.control import TestWebProcess, consecutive  # noqa: E402
+from devkit.testweb.config import LOOPBACK, WebConfig, layout_addresses, layout_counts  # noqa: E402
+from devkit.testweb.control import LogEntry, TestWebProcess, consecutive, max_in_flight  # noqa: E402
 from tests.servers import RedisServer, cpu_seconds  # noqa: E402
 
 #: component -> path fragments of a py-spy frame; the first match from the
@@ -195,12 +218,16 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     # a domain's turn as the site sees it: between two of its requests, both in the window
     turns = [(b.ms - a.ms) / 1000 for a, b in pairs if t0 * 1000 <= a.ms and b.ms < t1 * 1000]
     answer_s = sum(answers) / len(answers) if answers else 0.0
+    per_address = address_audit(log, web.config, args, answer_s) if web.config.spread else None
     return {
+        "per_address": per_address,
         "pages_total": len({(e.domain, e.target) for e in pages}),
         "domains_active": len({e.domain for e in in_window}),
         "turn_s": statistics.fmean(turns) if turns else 0.0,
         "window": t1 - t0, "fetches": len(in_window), "distinct": distinct, "new": new,
-        "pages_s": len(in_window) / (t1 - t0), "cpu": cpu, "cpu_ms": cpu / max(new, 1) * 1000,
+        "pages_s": len(in_window) / (t1 - t0), "cpu": cpu,
+        # every request in the window (robots.txt and failures too): each takes an address's turn
+        "requests_s": sum(1 for e in log if t0 * 1000 <= e.ms < t1 * 1000) / (t1 - t0), "cpu_ms": cpu / max(new, 1) * 1000,
         "pages_per_cpu_s": new / cpu if cpu else 0.0,
         "redis_ms": (redis1 - redis0) / max(new, 1) * 1000, "rss_mb": usage.ru_maxrss / 1024, "memory": memory,
         "shares": shares, "elapsed": time.time() - started,
@@ -210,6 +237,88 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         # the delay plus the answer's time: the bound is that much lower
         "finish_bound": args.domains / (args.delay + answer_s) if from_end else None, "answer_s": answer_s,
     }
+
+
+#: the crawler's defaults for a shared front end (CRAWLER_IP_SHARED_DELAY, CRAWLER_IP_SHARED_CONCURRENCY)
+SHARED_DELAY, SHARED_CONCURRENCY = 0.25, 4
+
+
+def cdn_layout(args: argparse.Namespace) -> list[int] | None:
+    """``--cdn-domains N``: N domains on the first address, the rest spread as ``--address-skew`` says."""
+    if not args.cdn_domains:
+        return None
+    if not args.addresses or args.addresses < 2 or args.cdn_domains >= args.domains:
+        raise SystemExit("--cdn-domains needs --addresses 2 or more and fewer domains than --domains")
+    from devkit.testweb.config import skewed_counts
+
+    return [args.cdn_domains, *skewed_counts(args.domains - args.cdn_domains, args.addresses - 1,
+                                             args.address_skew)]
+
+
+def address_audit(log: list[LogEntry], config: WebConfig, args: argparse.Namespace,
+                  answer_s: float) -> dict[str, object]:
+    """Politeness per address as the test web saw it (over the whole run, as
+    the per-domain audit), and the per-address bound of the window's pages/s."""
+    ip_delay = args.ip_delay or 0.0
+    limit = ip_delay * 1000
+    gaps: list[tuple[float, LogEntry, LogEntry]] = []
+    unfinished = 0  # arrived while the previous request to the address was never answered
+    for a, b in consecutive(log, by="address"):
+        if a.done:
+            gaps.append((b.ms - a.done, a, b))
+        else:
+            unfinished += 1
+    under = [g for g in gaps if g[0] < limit]
+    flight = max_in_flight(log)
+    layout = dict(zip(layout_addresses(config), layout_counts(config)))
+    t = answer_s
+    caps = {a: (k / (args.delay + t), 1 / (ip_delay + t) if ip_delay + t else float("inf"))
+            for a, k in layout.items()}
+    shared_min = args.shared_min if args.shared_min is not None else 2000
+    for a, k in layout.items():
+        if ip_delay and shared_min and k > shared_min:  # a shared front end: its own pace (the crawler's defaults)
+            caps[a] = (k / (args.delay + t), min(1 / SHARED_DELAY, SHARED_CONCURRENCY / t if t else float("inf")))
+    bound = sum(min(by_domain, by_ip) for by_domain, by_ip in caps.values())
+    return {
+        "intervals": len(gaps) + unfinished, "under": len(under) + unfinished, "unfinished": unfinished,
+        "worst": min(gaps, key=lambda g: g[0]) if gaps else None,
+        "in_flight": flight, "outside": sum(1 for e in log if e.address not in layout),
+        "addresses": len(layout), "seen": len(flight), "bound": bound,
+        "capped": sum(by_ip < by_domain for by_domain, by_ip in caps.values()),
+        "top": max(layout.values()), "small": sum(k <= 2 for k in layout.values()),
+    }
+
+
+def address_lines(r: dict[str, object], args: argparse.Namespace) -> list[str]:
+    """The per-address audit and bound of one run (``address_audit``)."""
+    a: dict = r["per_address"]  # type: ignore[assignment]
+    ip_delay = args.ip_delay or 0.0
+    given = "" if args.ip_delay is not None else " (--ip-delay not given: the crawler's own default applies; 0 here)"
+    worst = ""
+    if a["worst"] is not None:
+        gap, first, second = a["worst"]
+        worst = (f"; worst {gap / 1000:.3f} s at {second.address} ({first.domain}{first.target} -> "
+                 f"{second.domain}{second.target})")
+    flight: dict[str, int] = a["in_flight"]
+    most = max(flight.items(), key=lambda kv: kv[1]) if flight else ("-", 0)
+    lines = [
+        f"  per address ({a['addresses']} in the layout, {a['seen']} seen; whole run): {a['intervals']:,} "
+        f"intervals from the end of an answer to the next arrival at that address, {a['under']:,} under the "
+        f"{ip_delay:g} s ip delay{given}"
+        + (f" ({a['unfinished']} after an answer never finished)" if a["unfinished"] else "") + worst,
+        (f"  in flight at once at one address: at most {most[1]} (at {most[0]}), "
+         f"{sum(n > 1 for n in flight.values())} addresses ever had more than one; {a['outside']:,} requests "
+         f"arrived outside the layout (on {LOOPBACK} or another address)"),
+    ]
+    if not a["bound"]:
+        return [*lines, "  per-address bound: none (no answer in the window)"]
+    return [*lines, (
+        f"  per-address bound: sum over addresses of min(k / (D + t), 1 / (d_ip + t)), k all the layout's domains "
+        f"on the address (the top one holds {a['top']}, {a['small']} hold 1-2; not only those with pages left), "
+        f"D {args.delay:g} s, d_ip {ip_delay:g} s, t {r['answer_s']:.2f} s (mean arrival to end of answer in the "
+        f"window): {a['bound']:.1f} requests/s, {a['capped']} addresses capped by the ip delay; achieved "
+        f"{r['requests_s']:.1f} requests/s in the window (robots.txt included: each is a turn) = "
+        f"{r['requests_s'] / a['bound']:.0%} of it")]  # type: ignore[operator]
 
 
 def memory_split(pid: int) -> dict[str, float]:
@@ -276,11 +385,22 @@ def crawls(args: argparse.Namespace, web: TestWebProcess, redis: RedisServer, tm
         common += ["-s", f"CONCURRENT_REQUESTS={args.concurrency}"]
     concurrency = args.concurrency or 1000
     ours_root = args.crawler_root.resolve()
+    ours_only: list[str] = []  # settings for our crawler alone
+    if web.config.spread:  # every crawler's resolver gets the layout (the bare crawler has none)
+        host_map = "CRAWLER_HOST_MAP=" + json.dumps(web.host_map(www=False), separators=(",", ":"))
+        if len(host_map) >= 128 * 1024:  # Linux's limit on one argument (MAX_ARG_STRLEN)
+            raise SystemExit(f"the host map of {args.domains:,} domains is {len(host_map):,} bytes of JSON: "
+                             f"over the 128 KiB one argument may have; use fewer domains")
+        common += ["-s", host_map]
+    if args.ip_delay is not None:
+        ours_only += ["-s", f"CRAWLER_IP_DELAY={args.ip_delay}"]
+    if args.shared_min is not None:
+        ours_only += ["-s", f"CRAWLER_IP_SHARED_MIN_DOMAINS={args.shared_min}"]
     runs = {
         "ours (billion, defaults)": (
             [sys.executable, "-m", "scrapy", "crawl", "billion", "-a", f"seeds={seeds}", *common,
              "-s", f"CRAWLER_DOMAIN_DELAY={args.delay}", "-s", f"CRAWLER_WARC_DIR={tmp / 'warc'}",
-             "-s", "CRAWLER_PROGRESS_INTERVAL=0", *(a for s in args.set for a in ("-s", s))],
+             "-s", "CRAWLER_PROGRESS_INTERVAL=0", *ours_only, *(a for s in args.set for a in ("-s", s))],
             dict(os.environ, PYTHONPATH=str(ours_root), REDIS_URL=redis.url,
                  CRAWLER_CONTACT="bench@example.org",
                  # older checkouts map *.test in their own settings
@@ -312,7 +432,8 @@ def crawls(args: argparse.Namespace, web: TestWebProcess, redis: RedisServer, tm
     return runs
 
 
-def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess, delay: float) -> None:
+def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess, args: argparse.Namespace) -> None:
+    delay = args.delay
     shares = r["shares"]
     tls = web.counters()
     print(f"\n{label_}: {r['pages_s']:.1f} pages/s in the window = {r['pages_s'] / bound:.0%} of "  # type: ignore[operator]
@@ -332,6 +453,8 @@ def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess,
               f"{min(starts) / 1000:.3f} s, {sum(g < limit for g in starts)} under {delay:g} s; "
               f"end of answer to next arrival min {min(finishes) / 1000:.3f} s, "
               f"{sum(g < limit for g in finishes)} under")
+    if r["per_address"]:
+        print("\n".join(address_lines(r, args)))
     if r["finish_bound"]:
         print(f"  a domain's turn is the delay plus its answer (mean {r['answer_s']:.2f} s from arrival to "
               f"the end of the answer): {r['finish_bound']:.1f} pages/s at most, "  # type: ignore[operator]
@@ -342,6 +465,15 @@ def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess,
         print("  CPU ms per page by component: " + ", ".join(
             f"{k} {v * r['cpu_ms']:.2f} ({v:.0%})"  # type: ignore[operator]
             for k, v in sorted(shares.items(), key=lambda kv: -kv[1])))  # type: ignore[union-attr]
+
+
+def ip_columns(r: dict[str, object]) -> str:
+    """The summary's per-address columns: share of the per-address bound, intervals under the ip delay."""
+    a = r["per_address"]
+    if not a:
+        return f" {'-':>12} {'-':>9}"
+    share = f"{r['requests_s'] / a['bound']:.0%}" if a["bound"] else "-"  # type: ignore[index,operator]
+    return f" {share:>12} {a['under']:>9,}"  # type: ignore[index]
 
 
 def main() -> None:
@@ -376,6 +508,19 @@ def main() -> None:
                         "for 100 s at 300/s keeps about 21,000)")
     p.add_argument("--areas", action="store_true",
                    help="split CPU per page into the finer areas of AREAS (docs/benchmarks.md, 'Where the CPU goes')")
+    p.add_argument("--addresses", type=int, default=0,
+                   help="spread the domains over this many loopback addresses, shaped like shared hosting "
+                        "(0: all on 127.0.0.1); each crawler gets the layout as CRAWLER_HOST_MAP")
+    p.add_argument("--address-skew", type=float, default=0.8,
+                   help="the Zipf exponent of domains per address (WebConfig.address_skew; lower: more uneven)")
+    p.add_argument("--ip-delay", type=float,
+                   help="seconds from the end of one answer to the next request at one address: our crawler's "
+                        "CRAWLER_IP_DELAY, and the per-address audit's and bound's d_ip")
+    p.add_argument("--cdn-domains", type=int, default=0,
+                   help="with --addresses: put this many domains on the first address (a CDN-like front end); "
+                        "with --shared-min under it, the crawler classes it a shared front end")
+    p.add_argument("--shared-min", type=int,
+                   help="our crawler's CRAWLER_IP_SHARED_MIN_DOMAINS (default: its own, 2000)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a Scrapy setting for our crawl (e.g. CRAWLER_WARC_DIR= : a stripped-down run)")
     args = p.parse_args()
@@ -391,7 +536,9 @@ def main() -> None:
         config = WebConfig(domains=args.domains, pages=args.pages, tls=not args.plain_http,
                            latency_ms=args.latency_ms, bandwidth=bandwidth, crawl_delay_share=0.0,
                            private_share=0.02, dup_share=0.1, cross_share=0.1,
-                           size_median=median, size_mean=mean, robots_sitemaps=args.robots_sitemaps)
+                           size_median=median, size_mean=mean, robots_sitemaps=args.robots_sitemaps,
+                           addresses=args.addresses, address_skew=args.address_skew,
+                           address_counts=cdn_layout(args))
         with tempfile.TemporaryDirectory() as name:
             tmp = Path(name)
             redis = RedisServer(tmp / "redis").start()
@@ -407,27 +554,38 @@ def main() -> None:
                       f"{bandwidth / 1000:g} kB/s per connection (mean transfer {transfer:.2f} s), "
                       f"{args.delay:g} s per domain: politeness bound {bound:.0f} pages/s; crawler on CPU 0, "
                       f"test web + Redis on CPU 1; steady window {args.warmup:g}-{args.seconds - 5:g} s")
+                if config.spread:
+                    counts = layout_counts(config)
+                    print(f"    on {len(counts)} addresses {layout_addresses(config)[0]} ... "
+                          f"{layout_addresses(config)[-1]} (skew {args.address_skew:g}): domains per address "
+                          f"{', '.join(map(str, counts[:5]))}, ... {counts[-1]}; {sum(k >= 10 for k in counts)} "
+                          f"with 10 or more, {sum(k <= 2 for k in counts)} with 1-2; ip delay "
+                          + (f"{args.ip_delay:g} s" if args.ip_delay is not None else "not given (the crawler's own)")
+                          + (f"; the {BARE} resolves every host to {LOOPBACK}: its per-address audit sees one address"
+                             if not args.only or "bare" in args.only else ""))
                 for round_ in range(1, args.repeat + 1):
                     for label_, (cmd, env, cwd) in crawls(args, web, redis, tmp, seeds).items():
                         name_ = f"{sizes}-{label_.split()[0]}" + (f"-{round_}" if args.repeat > 1 else "")
                         r = run(name_ + " " + label_, cmd, env, cwd, web, redis, args, tmp)
                         r["round"] = round_
                         table.append((sizes, label_, r))
-                        report(label_ + (f" (round {round_})" if args.repeat > 1 else ""), r, bound, web, args.delay)
+                        report(label_ + (f" (round {round_})" if args.repeat > 1 else ""), r, bound, web, args)
             finally:
                 web.stop()
                 redis.stop()
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
     print(f"\n{label}summary (load average before the end {load}; {BARE} is written for this bench)")
+    spread = any(r["per_address"] for _, _, r in table)
     print(f"{'profile':8} {'crawler':62} {'pages/s':>8} {'of bound':>9} {'from end':>9} {'CPU ms/page':>12} "
-          f"{'peak RSS MB':>12} {'slack p50 ms':>13}")
+          f"{'peak RSS MB':>12} {'slack p50 ms':>13}" + (f" {'of ip bound':>12} {'ip under':>9}" if spread else ""))
     for sizes, label_, r in table:
         of_finish = f"{r['pages_s'] / r['finish_bound']:.0%}" if r["finish_bound"] else "-"  # type: ignore[operator]
         label_ += f" #{r['round']}" if args.repeat > 1 else ""
         print(f"{sizes:8} {label_:62} {r['pages_s']:8.1f} {r['pages_s'] / bound:9.0%} {of_finish:>9} "  # type: ignore[operator]
               f"{r['cpu_ms']:12.2f} {r['rss_mb']:12.0f} "
-              f"{(r['slack'][len(r['slack']) // 2] * 1000 if r['slack'] else float('nan')):13.0f}")  # type: ignore[index]
+              f"{(r['slack'][len(r['slack']) // 2] * 1000 if r['slack'] else float('nan')):13.0f}"  # type: ignore[index]
+              + (ip_columns(r) if spread else ""))
     for sizes in dict.fromkeys(s for s, _, _ in table):
         for key, other in (("bare", "bare"), ("plain", "scrapy")):
             # ours against the other crawler of the same round: the machine's

@@ -4,6 +4,12 @@ Set by the crawler:
 
 - ``LEASE``: the frontier lease a request covers; acknowledged when the
   request is done, or it goes back to its queue when the lease expires.
+- ``ADDRESS``: per-address politeness (``CRAWLER_IP_DELAY``):
+  ``{"host": <host>, "address": <IP address>}``, the address the frontier
+  charged the request to; the download handler connects there and nowhere
+  else while the request's host is that host (``"!nx"``: the name does not
+  exist, ``"!refused"``: it leads only to refused addresses). Never stored
+  with the request: a retry is charged again.
 - ``DELAY``: seconds the request waits in the frontier's delayed set before
   its next attempt (backoff, domain lock, robots.txt hand-back).
 - ``ATTEMPTS``: attempts made so far (backoff middleware).
@@ -32,6 +38,7 @@ Set by users, per request:
 """
 
 LEASE = "_frontier_lease"
+ADDRESS = "crawler_address"
 DELAY = "crawler_delay"
 ATTEMPTS = "crawler_attempts"
 DEAD = "crawler_dead_lettered"

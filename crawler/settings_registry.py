@@ -446,6 +446,15 @@ def shard_urls(value: dict[Any, Any]) -> None:
 _HOST_PATTERN = re.compile(r"[a-z0-9_*?!\[\]-]+(\.[a-z0-9_*?!\[\]-]+)*\Z")
 
 
+def networks(value: list[str]) -> None:
+    """A list of networks (CIDR, or one address)."""
+    for entry in value:
+        try:
+            ipaddress.ip_network(str(entry).strip(), strict=False)
+        except ValueError:
+            raise ValueError(f"{entry!r} is not a network (CIDR)") from None
+
+
 def allow_private(value: list[str]) -> None:
     """``CRAWLER_ALLOW_PRIVATE``: each entry a network (CIDR, or one
     address) or a host pattern that could match a host name; a top label of

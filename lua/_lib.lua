@@ -1,11 +1,12 @@
 -- Shared helpers, prepended to every script of this folder by
--- crawler/scheduler/_redis.py. KEYS[1] of every script is the frontier's
--- base key, "<prefix>:{<spider>:<shard>}"; the names built from it, and what
--- each key holds, are in the one key layout table: crawler/scheduler/_redis.py.
+-- crawler/store/keys.py. KEYS[1] of every script is the frontier's
+-- base key, "<prefix>:{<spider>:<shard>}"; KEYS[2], when given, the address
+-- space (IPB below); the names built from them, and what each key holds,
+-- are in the one key layout table: crawler/store/keys.py.
 -- A record is "<domain>\n<priority>\n<serialized request>".
 
 -- The frontier's clock, ms. CLOCK_KEY: nil (the server's TIME), or the key
--- of a test clock (crawler/clock.py ManualClock) that crawler/scheduler/_redis.py
+-- of a test clock (crawler/clock.py ManualClock) that crawler/store/keys.py
 -- writes into the next line as sent, on one line, for tests on one Redis only.
 local CLOCK_KEY = nil
 local function now_ms()
@@ -90,6 +91,55 @@ local function unpark(base, domain, id, mark, dur)
   if (tonumber(st[3] or '0') or 0) > 0 then redis.call('ZADD', base .. ':ready', nxt, domain) end
 end
 
+-- Per-address politeness (CRAWLER_IP_DELAY; the keys: crawler/store/keys.py).
+-- IPB, the address space: KEYS[2] when the caller gives it (on a standalone
+-- Redis one per spider, shared by all its shards), else the frontier's base
+-- (Redis Cluster: one per shard). Its settings are the frontier's :meta
+-- (ms): ip_delay (0: off), ip_shared_delay, ip_shared_cap, ip_shared_min,
+-- dns_ttl, dns_nx (lookups of a missing name before it is given up),
+-- dns_claim (how long a lookup may take before another worker tries).
+local IPB = KEYS[2] or KEYS[1]
+local ipconf_cache = nil
+local function ipconf(base)
+  if ipconf_cache == nil then
+    local v = redis.call('HMGET', base .. ':meta', 'ip_delay', 'ip_shared_delay', 'ip_shared_cap',
+                         'ip_shared_min', 'dns_ttl', 'dns_nx', 'dns_claim')
+    ipconf_cache = {delay = tonumber(v[1] or '') or 0, shared_delay = tonumber(v[2] or '') or 250,
+                    shared_cap = tonumber(v[3] or '') or 4, shared_min = tonumber(v[4] or '') or 0,
+                    ttl = tonumber(v[5] or '') or 300000, nx = tonumber(v[6] or '') or 3,
+                    claim = tonumber(v[7] or '') or 65000}
+  end
+  return ipconf_cache
+end
+
+-- A domain of frontier <sbase> (this one, or another shard's in the same
+-- address space) goes back into its ready set, if it has requests and is not parked.
+local function ready_again(sbase, domain, now)
+  local st = redis.call('HMGET', sbase .. ':dom:' .. domain, 'n', 'busy', 'next')
+  if (tonumber(st[1] or '0') or 0) > 0 and not st[2] then
+    redis.call('ZADD', sbase .. ':ready', math.max(now, tonumber(st[3] or '0') or 0), domain)
+    return true
+  end
+  return false
+end
+
+-- The request of lease <id> is done or given up: if it was charged to an
+-- address, one fewer is in flight there, and the address's next request
+-- may start ip_delay after <mark> (a shared front end spaces its requests'
+-- starts instead, when they start); its first waiter is offered it then.
+local function ip_release(base, id, mark)
+  local a = redis.call('HGET', base .. ':leasea', id)
+  if not a then return end
+  redis.call('HDEL', base .. ':leasea', id)
+  local k = IPB .. ':ip:' .. a
+  local v = redis.call('HMGET', k, 'out', 'next', 'shared')
+  local out = math.max(0, (tonumber(v[1] or '0') or 0) - 1)
+  local nxt = tonumber(v[2] or '0') or 0
+  if v[3] ~= '1' then nxt = math.max(nxt, mark + ipconf(base).delay) end
+  redis.call('HSET', k, 'out', out, 'next', nxt)
+  if redis.call('EXISTS', IPB .. ':ipwait:' .. a) == 1 then redis.call('ZADD', IPB .. ':ipdue', nxt, a) end
+end
+
 local function push_record(base, rec, front, now)
   local domain, prio, entry = split_record(rec)
   push(base, domain, prio, entry, front, now)
@@ -131,6 +181,8 @@ local function ack_all(base, ids, now)
         if now == nil then now = now_ms() end
         unpark(base, split_record(rec), id, now + 1 - (age or 0), dur)
       end
+      if now == nil then now = now_ms() end
+      ip_release(base, id, now + 1 - (age or 0))
     end
   end
   local stats = base .. ':stats'

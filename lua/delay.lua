@@ -4,6 +4,7 @@
 -- delay: park requests in the delayed set until a not-before time on the
 -- server's clock; dequeue releases them into their queues when due.
 -- KEYS[1]  base key of the frontier
+-- KEYS[2]  its address space (optional: see _lib.lua's IPB; acknowledgements free addresses)
 -- ARGV[1]  number of lease ids to acknowledge, then the ids
 -- then per request, 4 values: delay ms, domain, priority, entry
 -- Returns the number of requests delayed

@@ -5,6 +5,7 @@
 -- bucket and minimum delay, on the server's clock. Also acknowledges leases,
 -- returns expired leases to their queues and releases due delayed requests.
 -- KEYS[1]  base key of the frontier
+-- KEYS[2]  its address space (optional; see _lib.lua's IPB)
 -- ARGV[1]  maximum number of requests
 -- ARGV[2]  lease duration, ms
 -- ARGV[3]  default rate, requests per second (0: no token bucket)
@@ -27,9 +28,19 @@
 -- A domain with a delay gives one request at a time and is parked (out of
 -- base:ready, dom 'busy' = the lease) until that request is acknowledged:
 -- the delay runs from the request's mark, not from this dequeue.
--- Returns {now_ms, next_due_ms or -1 (the earliest score of base:ready and
---          base:delayed), epoch id ("" if none), seq, queued,
---          lease id, record, lease id, record, ...}
+-- Per address (meta ip_delay > 0, docs/politeness.md): a request is handed
+-- out only when its domain is due and an address of its host is free and
+-- due; the address is charged (base:leasea) and named in the reply. A host
+-- with no known addresses is claimed for a lookup (listed in the reply; the
+-- worker answers with dns_done.lua) and its domain waits off base:ready; a
+-- domain whose host's addresses are all busy waits in that address's
+-- ipwait, offered the address when it frees. A host known not to exist, or
+-- to lead only to refused addresses, gets its requests handed out at once
+-- with the address "!nx" or "!refused": they end as dead letters unsent.
+-- Returns {now_ms, next_due_ms or -1 (the earliest score of base:ready,
+--          base:delayed and, per address, of ipdue and dnsq), epoch id ("" if
+--          none), seq, queued, {host, domain, ...: names to look up},
+--          lease id, record, address, lease id, record, address, ...}
 local base = KEYS[1]
 local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
@@ -75,6 +86,7 @@ for e = #expired, 1, -1 do  -- backwards: pushed to the front, they keep their o
     unpark(base, split_record(rec), id, now, nil)  -- its worker is gone: the delay runs from now
     push_record(base, rec, true, now)
   end
+  ip_release(base, id, now)
 end
 if #expired > 0 then redis.call('HINCRBY', stats, 'leases_expired', #expired) end
 
@@ -98,8 +110,190 @@ local function pop(domain)
   end
 end
 
-local out = {now, -1, '', 0, 0}
+-- the request at the head of a domain's queue, left there
+local function peek(domain)
+  local qp = base .. ':qp:' .. domain
+  while true do
+    local top = redis.call('ZRANGE', qp, 0, 0)
+    if #top == 0 then return nil end
+    local entry = redis.call('LINDEX', base .. ':q:' .. domain .. ':' .. top[1], 0)
+    if entry then return top[1], entry end
+    redis.call('ZREM', qp, top[1])
+  end
+end
+
+local resolve = {}
+local out = {now, -1, '', 0, 0, resolve}
 local taken, attempts, denials = 0, 0, 0
+local ipc = ipconf(base)
+local gated = ipc.delay > 0
+local OFFER_MS = 1000  -- an address offered to a waiter that did not take it is offered again after this
+
+-- per address: hand each address that is free and due to its first waiter
+-- whose own turn has come (one a turn; a shared front end, one a start)
+if gated then
+  local dueips = redis.call('ZRANGEBYSCORE', IPB .. ':ipdue', '-inf', now, 'LIMIT', 0, 64)
+  for _, a in ipairs(dueips) do
+    local k = IPB .. ':ip:' .. a
+    local v = redis.call('HMGET', k, 'out', 'next', 'shared')
+    local shared = v[3] == '1'
+    local cap = shared and ipc.shared_cap or 1
+    local busy, nxt = tonumber(v[1] or '0') or 0, tonumber(v[2] or '0') or 0
+    local wait = IPB .. ':ipwait:' .. a
+    local head = redis.call('ZRANGE', wait, 0, 0, 'WITHSCORES')
+    if busy >= cap or #head == 0 then
+      redis.call('ZREM', IPB .. ':ipdue', a)  -- an acknowledgement offers it again
+    elseif nxt > now or tonumber(head[2]) > now then
+      redis.call('ZADD', IPB .. ':ipdue', math.max(nxt, tonumber(head[2])), a)
+    else
+      -- the first waiter that can go takes the offer (one whose queue emptied is passed over)
+      while #head > 0 and tonumber(head[2]) <= now do
+        redis.call('ZREM', wait, head[1])
+        redis.call('HINCRBY', IPB .. ':stats', 'ip_waiting', -1)
+        local cut = string.find(head[1], '\n', 1, true)
+        if ready_again(string.sub(head[1], 1, cut - 1), string.sub(head[1], cut + 1), now) then
+          redis.call('HSET', k, 'offer', head[1])
+          break
+        end
+        head = redis.call('ZRANGE', wait, 0, 0, 'WITHSCORES')
+      end
+      if redis.call('EXISTS', wait) == 1 then
+        redis.call('ZADD', IPB .. ':ipdue', now + (shared and math.max(ipc.shared_delay, 1) or OFFER_MS), a)
+      else
+        redis.call('ZREM', IPB .. ':ipdue', a)
+      end
+    end
+  end
+  -- lookups claimed and never answered (their worker died): their domains come back, to claim them again
+  local stale = redis.call('ZRANGEBYSCORE', base .. ':dnsq', '-inf', now, 'LIMIT', 0, 100)
+  for _, host in ipairs(stale) do
+    local w = base .. ':dnswait:' .. host
+    for _, d in ipairs(redis.call('SMEMBERS', w)) do ready_again(base, d, now) end
+    redis.call('DEL', w)
+    redis.call('ZREM', base .. ':dnsq', host)
+  end
+end
+
+-- the host of a queued request: "U<depth> <url>", or "R" + msgpack of
+-- Request.to_dict(), whose first key is its url (read here without
+-- unpacking the rest); nil when unreadable
+local function host_of(entry)
+  local url
+  if string.sub(entry, 1, 1) == 'U' then
+    url = string.sub(entry, (string.find(entry, ' ', 1, true) or #entry) + 1)
+  else
+    local at = string.find(entry, '\163url', 1, true)
+    if not at then return nil end
+    local i = at + 4
+    local b = string.byte(entry, i)
+    if not b then return nil end
+    local len
+    if b >= 0xa0 and b <= 0xbf then len = b - 0xa0; i = i + 1
+    elseif b == 0xd9 then len = string.byte(entry, i + 1); i = i + 2
+    elseif b == 0xda then len = string.byte(entry, i + 1) * 256 + string.byte(entry, i + 2); i = i + 3
+    else return nil end
+    url = string.sub(entry, i, i + len - 1)
+  end
+  local s = string.find(url, '//', 1, true)
+  if not s then return nil end
+  local hostport = string.match(string.sub(url, s + 2), '^[^/?#]*')
+  hostport = string.match(hostport, '[^@]*$')
+  local host = string.match(hostport, '^%[([^%]]*)%]') or string.match(hostport, '^[^:]*')
+  if host == nil or host == '' then return nil end
+  return string.lower(host)
+end
+
+local function claim(host, domain, dk)
+  local deadline = now + ipc.claim
+  redis.call('HSET', dk, 'cl', deadline)
+  redis.call('ZADD', base .. ':dnsq', deadline, host)
+  resolve[#resolve + 1] = host
+  resolve[#resolve + 1] = domain
+end
+
+-- where the head request of <domain> may go now: an address of its host
+-- free and due, with whether it is a shared front end; '' (its host is
+-- unreadable: not charged), '!nx' or '!refused' (no address to go to); nil
+-- when the domain waits (for its name's lookup, or for an address), moved
+-- off base:ready here
+local function gate(domain, entry)
+  local host = host_of(entry)
+  if host == nil then
+    redis.call('HINCRBY', stats, 'ip_unreadable', 1)
+    return ''
+  end
+  local addrs, rr, dk = nil, 0, nil
+  if string.find(host, ':', 1, true) or string.match(host, '^[%d%.]+$') then
+    addrs = {host}  -- an address in the URL is its own record
+  else
+    dk = base .. ':dns:' .. host
+    local r = redis.call('HMGET', dk, 'st', 'a', 'exp', 'until', 'cl', 'rr')
+    local st, exp = r[1], tonumber(r[3] or '0') or 0
+    local free = (tonumber(r[5] or '0') or 0) <= now
+    if st == 'nx' or st == 'refused' then
+      if exp > now then return '!' .. st end
+      st = nil  -- a missing name's record ran out: look again
+    elseif st == 'retry' then
+      local u = tonumber(r[4] or '0') or 0
+      if u > now then
+        redis.call('ZADD', ready, u, domain)  -- postponed, nothing lost
+        return nil
+      end
+      st = nil
+    elseif st == 'ok' and exp <= now then
+      st = nil  -- its time is up: looked up again before the next request (a failed lookup keeps it a while)
+    end
+    if st ~= 'ok' then
+      if free then claim(host, domain, dk) end
+      redis.call('SADD', base .. ':dnswait:' .. host, domain)
+      redis.call('ZREM', ready, domain)
+      return nil
+    end
+    addrs, rr = {}, tonumber(r[6] or '0') or 0
+    for a in string.gmatch(r[2], '%S+') do addrs[#addrs + 1] = a end
+    if #addrs == 0 then return '!refused' end
+  end
+  local best, best_t = nil, nil
+  local me = base .. '\n' .. domain
+  for i = 0, #addrs - 1 do
+    local a = addrs[(rr + i) % #addrs + 1]
+    local k = IPB .. ':ip:' .. a
+    local v = redis.call('HMGET', k, 'out', 'next', 'shared', 'offer')
+    local shared = v[3] == '1'
+    local busy, nxt = tonumber(v[1] or '0') or 0, tonumber(v[2] or '0') or 0
+    if busy < (shared and ipc.shared_cap or 1) then
+      -- free and due: its waiters go first, in turn (the one offered it, or none waiting)
+      local mine = v[4] == me
+      if nxt <= now and (mine or redis.call('EXISTS', IPB .. ':ipwait:' .. a) == 0) then
+        if mine then redis.call('HDEL', k, 'offer') end
+        if dk and #addrs > 1 then redis.call('HSET', dk, 'rr', (rr + i + 1) % #addrs) end
+        return a, shared
+      end
+      if best_t == nil or nxt < best_t then best, best_t = a, nxt end
+    elseif best == nil then
+      best = a
+    end
+  end
+  -- every address busy or not due: the domain waits on the one that frees first
+  local dnext = tonumber(redis.call('HGET', base .. ':dom:' .. domain, 'next') or '0') or 0
+  redis.call('ZREM', ready, domain)
+  -- NX: a domain already waiting keeps its place (new URLs put it back in ready meanwhile)
+  if redis.call('ZADD', IPB .. ':ipwait:' .. best, 'NX', math.max(dnext, now), me) == 1 then
+    redis.call('HINCRBY', IPB .. ':stats', 'ip_waiting', 1)
+  end
+  redis.call('HINCRBY', stats, 'ip_denials', 1)
+  if best_t ~= nil then redis.call('ZADD', IPB .. ':ipdue', 'LT', best_t, best) end
+  return nil
+end
+
+-- lease <id> is charged to address <a>
+local function charge(id, a, shared)
+  redis.call('HSET', base .. ':leasea', id, a)
+  local k = IPB .. ':ip:' .. a
+  redis.call('HINCRBY', k, 'out', 1)
+  redis.call('HINCRBY', k, 'served', 1)
+  if shared then redis.call('HSET', k, 'next', now + ipc.shared_delay) end
+end
 
 -- excluded while queued: its requests are dropped, never fetched
 local function drop_excluded(domain, dkey)
@@ -129,9 +323,16 @@ local function serve(domain, dkey)
     local ts = tonumber(st[3] or '') or now
     tokens = math.min(burst, tokens + (now - ts) * rate / 1000)
   end
-  local took = 0
+  local took, waits = 0, false
   while taken < want and n > 0 do
     if rate > 0 and tokens < 1 then break end
+    local address, shared = '', false
+    if gated then
+      local head_prio, head = peek(domain)
+      if head_prio == nil then n = 0; break end
+      address, shared = gate(domain, head)
+      if address == nil then waits = true; break end
+    end
     local prio, entry = pop(domain)
     if prio == nil then n = 0; break end
     n = n - 1
@@ -144,12 +345,21 @@ local function serve(domain, dkey)
     redis.call('HSET', base .. ':lease', id, rec)
     out[#out + 1] = id
     out[#out + 1] = rec
-    if delay > 0 then
+    out[#out + 1] = address
+    local sent = string.sub(address, 1, 1) ~= '!'  -- "!nx", "!refused": ends unsent
+    if sent and address ~= '' then charge(id, address, shared) end
+    if delay > 0 and sent then
       redis.call('HSET', dkey, 'busy', id)  -- parked until this lease is acknowledged
       break
     end
+    if gated and sent then break end  -- one request a turn of its address
   end
   if took == 0 and n > 0 then denials = denials + 1 end
+  if waits then  -- gate() moved the domain: off base:ready, or to a later score
+    redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now)
+    if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
+    return
+  end
   local nxt = now
   if rate > 0 and tokens < 1 then nxt = math.max(nxt, now + math.ceil((1 - tokens) * 1000 / rate)) end
   if rate <= 0 then tokens = burst end
@@ -175,7 +385,14 @@ if denials > 0 then redis.call('HINCRBY', stats, 'denials', denials) end
 local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
 if #head > 0 then out[2] = tonumber(head[2]) end
 -- a delayed request joins its queue when its time comes: the caller polls then
-local later = redis.call('ZRANGE', base .. ':delayed', 0, 0, 'WITHSCORES')
-if #later > 0 and (out[2] < 0 or tonumber(later[2]) < out[2]) then out[2] = tonumber(later[2]) end
-if call ~= '' and taken > 0 then redis.call('SET', replay_key, cmsgpack.pack(out), 'PX', 120000) end
+local function sooner(key)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if #first > 0 and (out[2] < 0 or tonumber(first[2]) < out[2]) then out[2] = tonumber(first[2]) end
+end
+sooner(base .. ':delayed')
+if gated then
+  sooner(IPB .. ':ipdue')  -- an address frees: its waiter is offered it by the next call
+  sooner(base .. ':dnsq')
+end
+if call ~= '' and (taken > 0 or #resolve > 0) then redis.call('SET', replay_key, cmsgpack.pack(out), 'PX', 120000) end
 return epoch(out)

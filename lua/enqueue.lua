@@ -3,6 +3,7 @@
 -- never half of it.
 -- enqueue: dedup, cap and push a batch of requests in one call; ack leases.
 -- KEYS[1]  base key of the frontier
+-- KEYS[2]  its address space (optional: see _lib.lua's IPB; acknowledgements free addresses)
 -- ARGV[1]  dedup mode: "exact" | "bloom" | "none"
 -- ARGV[2]  per-domain cap on queued requests (0: no cap)
 -- ARGV[3]  per-domain budget: requests ever admitted (0: no budget)

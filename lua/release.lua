@@ -4,6 +4,7 @@
 -- release: give leased requests back to the front of their queues now
 -- (a worker closing cleanly hands back what it had not crawled).
 -- KEYS[1]  base key of the frontier
+-- KEYS[2]  its address space (optional: see _lib.lua's IPB)
 -- ARGV     lease ids (a parked domain's delay runs from now)
 -- Returns the number of requests given back
 local base = KEYS[1]
@@ -15,6 +16,7 @@ for a = #ARGV, 1, -1 do  -- backwards: pushed to the front, they keep their orde
   if redis.call('ZREM', base .. ':leases', id) == 1 and rec then
     redis.call('HDEL', base .. ':lease', id)
     unpark(base, split_record(rec), id, now, nil)  -- it may have been sent: the delay runs from now
+    ip_release(base, id, now)
     push_record(base, rec, true, now)
     n = n + 1
   end

@@ -61,3 +61,31 @@ def test_scrapy_crawl_on_the_cluster(cluster: RedisClusterServers, make_web) -> 
     fetched = {(e.domain, e.path) for e in pages}
     assert {(d, f"/p/{k}.html") for d in web.domains for k in range(1, 8)} <= fetched
     assert len(pages) == len({(e.domain, e.path) for e in pages})  # each exactly once
+
+
+def test_per_address_politeness_holds_per_shard_on_a_cluster(cluster: RedisClusterServers) -> None:
+    """A Cluster's script reaches one slot: each shard keeps its own address
+    space (its frontier's), exact within the shard; two shards may each have
+    one request at an address, each turn as long as the shards are many, so
+    the address's rate stays one a delay (docs/politeness.md says so)."""
+    from crawler.store import AddressPoliteness, Lookup
+    from crawler.store.codec import encode_url
+
+    client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    shards = [Frontier(client, Keys("crawler", "cip", s), addresses=AddressPoliteness(delay=5.0), shards=2)
+              for s in (0, 1)]
+    for s, f in enumerate(shards):
+        f.open()
+        assert f.address_base == f.keys.base  # per shard
+        assert client.hget(f.keys.meta, "ip_delay") == b"10000"  # 2 shards: each gives the address a turn in 10 s
+        domains = [f"s{s}d{i}.test" for i in range(3)]
+        f.add([Item(sha256(d.encode()).digest(), d, 0, encode_url(f"http://{d}/")) for d in domains])
+        lookups = f.take(10).lookups
+        assert sorted(h for h, _ in lookups) == domains
+        f.answer([Lookup(h, d, "ok", ("192.0.2.7",)) for h, d in lookups])
+    taken = [f.take(10).items for f in shards]
+    assert [len(t) for t in taken] == [1, 1]  # one at the address per shard, three domains due in each
+    assert all(x.address == "192.0.2.7" for t in taken for x in t)
+    keys = [k for f in shards for k in client.scan_iter(match=f.keys.pattern())]
+    assert all(len({key_slot(k) for k in client.scan_iter(match=f.keys.pattern())}) == 1 for f in shards)
+    assert sum(f.clear() for f in shards) == len(keys)

@@ -490,6 +490,36 @@ def test_a_name_with_a_dead_first_address_is_fetched_from_the_next(serve) -> Non
     assert server.peers == ["127.0.0.1"]
 
 
+def test_a_request_charged_to_an_address_connects_there_and_nowhere_else(serve) -> None:
+    """Per-address politeness: ``meta["crawler_address"]`` (the frontier's
+    charge) wins over the lookup, only for the host it was charged for."""
+    from crawler.fetch.errors import NoSuchHost, PrivateAddressRefused, reason
+
+    server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    h = handler(CRAWLER_HOST_MAP={"pin.test": "127.0.0.2", "other.test": "127.0.0.1"},
+                CRAWLER_BLOCK_PRIVATE=True, CRAWLER_ALLOW_PRIVATE=["127.0.0.0/8"])
+
+    def pinned(host: str, address: str, charged_for: str | None = None) -> Request:
+        return Request(server.url(host=host), meta={"crawler_address": {"host": charged_for or host,
+                                                                       "address": address}})
+
+    ok, dead, elsewhere, nx, refused, outside = fetch(
+        h,
+        pinned("pin.test", "127.0.0.1"),  # the lookup says .2, where nothing listens: the charge wins
+        pinned("other.test", "127.0.0.3"),  # charged to .3: not tried elsewhere, though the name leads to .1
+        pinned("other.test", "127.0.0.3", charged_for="pin.test"),  # charged for another host: looked up
+        pinned("gone.test", "!nx"), pinned("in.test", "!refused"),
+        pinned("other.test", "169.254.169.254"),  # the address policy is checked again
+    )
+    assert ok.status == 200 and str(ok.ip_address) == "127.0.0.1"
+    assert isinstance(dead, DownloadConnectionRefusedError) and "127.0.0.3" in str(dead)
+    assert "127.0.0.1" not in str(dead)
+    assert elsewhere.status == 200
+    assert isinstance(nx, NoSuchHost) and reason(nx, "") == "dns"
+    assert isinstance(refused, PrivateAddressRefused) and isinstance(outside, PrivateAddressRefused)
+    assert server.peers == ["127.0.0.1", "127.0.0.1"]
+
+
 def test_idle_pool_is_bounded_oldest_closed_first(serve) -> None:
     server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
     h = handler()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import http.client
+import socket
 import statistics
+import threading
 import time
 from collections import Counter
 from urllib.parse import urlsplit
@@ -11,8 +13,12 @@ from urllib.parse import urlsplit
 import pytest
 from selectolax.lexbor import LexborHTMLParser
 
-from devkit.testweb.config import WebConfig
+from crawler.resolver import HostMap, parse_host_map
+from devkit.testweb.config import WebConfig, domain_addresses, layout_counts, skewed_counts
+from devkit.testweb.control import LogEntry, consecutive, max_in_flight
+from devkit.testweb.server import listen
 from devkit.testweb.site import Site
+from tests.servers import wait_until
 
 
 def hrefs(body: bytes) -> list[str]:
@@ -186,6 +192,7 @@ def test_request_log_is_exact(make_web) -> None:
         (web.config.domain(d), path, status) for d, path, status in wanted
     ]
     assert all(before - 1 <= e.ms <= after + 1 for e in log)
+    assert {e.address for e in log} == {"127.0.0.1"}  # no layout: everything on 127.0.0.1
     assert [e.ms for e in log] == sorted(e.ms for e in log)
     assert web.log(since=4) == log[4:]
 
@@ -197,3 +204,140 @@ def test_bad_config_is_rejected() -> None:
         WebConfig(cross_share=2)
     with pytest.raises(ValueError, match="unknown keys"):
         WebConfig.from_json('{"domain": 3}')
+
+
+def test_domains_are_served_on_their_layout_addresses(make_web) -> None:
+    web = make_web(domains=12, pages=3, size_fixed=1000, addresses=4)
+    layout = [web.address_of(d) for d in range(12)]
+    assert set(layout) == {"127.1.0.1", "127.1.0.2", "127.1.0.3", "127.1.0.4"}
+    assert layout == domain_addresses(web.config)
+    for d in range(12):
+        assert web.fetch(d, "/p/1.html")[0] == 200  # through the domain's own address
+    assert web.fetch(3, "/p/2.html", address="127.0.0.1")[0] == 200  # the server listens there too
+    log = web.log()
+    assert [(e.domain, e.address) for e in log] == [
+        *((f"d{d}.test", layout[d]) for d in range(12)), ("d3.test", "127.0.0.1")]
+    # what a crawler resolves through the host map: each name to its address, others to 127.0.0.1
+    hosts = HostMap(parse_host_map(web.host_map()))
+    for d in range(12):
+        assert hosts.lookup(f"d{d}.test") == hosts.lookup(f"WWW.d{d}.test") == layout[d]
+    assert hosts.lookup("maps.test") == "127.0.0.1"
+    assert "www.d0.test" not in web.host_map(www=False)
+    assert web.address_of("www.d5.test:80") == layout[5] and web.address_of("other.test") == "127.0.0.1"
+
+
+def test_layout_over_tls_and_plain_http(make_web) -> None:
+    web = make_web(domains=3, pages=2, size_fixed=1000, address_counts=[2, 1], tls=True, also_plain=True)
+    for d in range(3):
+        assert web.fetch(d)[0] == 200  # HTTPS to the address, the domain's name in the handshake
+    conn = http.client.HTTPConnection(web.address_of(2), web.plain_port, timeout=10)
+    conn.request("GET", "/", headers={"Host": "d2.test"})
+    assert conn.getresponse().status == 200
+    conn.close()
+    assert [e.address for e in web.log()] == ["127.1.0.1", "127.1.0.1", "127.1.0.2", "127.1.0.2"]
+
+
+def test_skewed_layout_is_shared_hosting() -> None:
+    counts = skewed_counts(3000, 200, 0.8)
+    assert sum(counts) == 3000 and len(counts) == 200 and min(counts) >= 1
+    assert counts == sorted(counts, reverse=True)
+    assert 500 <= counts[0] <= 1200  # one address with hundreds of domains
+    assert counts[1] <= counts[0] / 2
+    assert 5 <= sum(10 <= n < 100 for n in counts) <= 40  # a few with tens
+    assert sum(n <= 5 for n in counts) >= 100  # most with one or a few
+    assert sum(n <= 2 for n in counts) >= 60
+    flatter = skewed_counts(3000, 200, 2.0)  # a higher exponent spreads them more evenly
+    assert flatter[0] < counts[0] / 4 and min(flatter) > 2
+    assert skewed_counts(5, 5, 0.8) == [1, 1, 1, 1, 1]
+
+
+def test_skewed_layout_is_served_as_computed(make_web) -> None:
+    config = WebConfig(domains=400, pages=2, size_fixed=1000, addresses=40, address_skew=0.8, seed=7)
+    web = make_web(config)
+    counts = layout_counts(config)
+    assert counts[0] >= 100 and sum(n <= 2 for n in counts) >= 15
+    served = Counter(address for name, address in web.host_map(www=False).items() if not name.startswith("*"))
+    assert [served[f"127.1.0.{i + 1}"] for i in range(40)] == counts
+    # the same shape from another seed, other domains on each address
+    other = domain_addresses(WebConfig(domains=400, addresses=40, seed=8))
+    assert other != web.addresses and sorted(Counter(other).values()) == sorted(counts)
+    assert domain_addresses(WebConfig(domains=400, addresses=40, seed=7)) == web.addresses
+    # the server listens on every address: one domain of each, fetched through it
+    firsts = {address: d for d, address in reversed(list(enumerate(web.addresses)))}
+    for d in firsts.values():
+        assert web.fetch(d, "/robots.txt")[0] == 200
+    assert {e.address for e in web.log()} == set(firsts) and len(firsts) == 40
+
+
+def test_address_counts_override(make_web) -> None:
+    web = make_web(domains=6, pages=2, size_fixed=1000, address_counts=[4, 1, 1])
+    assert web.addresses == ["127.1.0.1"] * 4 + ["127.1.0.2", "127.1.0.3"]
+    for d in range(6):
+        web.fetch(d)
+    assert [e.address for e in web.log()] == web.addresses
+    with pytest.raises(ValueError, match="address_counts add up to 5, not domains=6"):
+        WebConfig(domains=6, address_counts=[4, 1])
+    with pytest.raises(ValueError, match="addresses must be 0 or the length of address_counts"):
+        WebConfig(domains=6, addresses=3, address_counts=[5, 1])
+    with pytest.raises(ValueError, match="addresses must be within"):
+        WebConfig(domains=6, addresses=7)
+
+
+def test_many_addresses_on_one_port(make_web) -> None:
+    web = make_web(domains=200, pages=2, size_fixed=1000, addresses=200)
+    assert sorted(set(web.addresses)) == sorted(f"127.1.{i // 256}.{i % 256}" for i in range(1, 201))
+    for address in set(web.addresses):  # listening on each, on the one port
+        socket.create_connection((address, web.port), timeout=5).close()
+
+
+def test_listen_on_a_taken_port_fails_and_port_zero_finds_one() -> None:
+    taken = socket.socket()
+    taken.bind(("127.1.0.9", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError):
+            listen(["127.0.0.1", "127.1.0.9"], port)
+        chosen, sockets = listen(["127.0.0.1", "127.1.0.9"])
+        assert chosen != port and [s.getsockname() for s in sockets] == [("127.0.0.1", chosen),
+                                                                          ("127.1.0.9", chosen)]
+        for s in sockets:
+            s.close()
+    finally:
+        taken.close()
+
+
+def test_pairs_and_requests_in_flight_by_address(make_web) -> None:
+    # d0 and d1 share 127.1.0.1; d2 has 127.1.0.2
+    web = make_web(domains=3, pages=2, size_fixed=1000, address_counts=[2, 1])
+    slow = threading.Thread(target=web.fetch, args=(0, "/fault/slow/2000"))
+    slow.start()
+    wait_until(lambda: any(e.target == "/fault/slow/2000" and not e.done for e in web.log()), 10, "the slow request")
+    assert web.fetch(1, "/fault/slow/100")[0] == 200  # while the first is still answered
+    assert web.fetch(2, "/")[0] == 200  # the other address meanwhile
+    slow.join()
+    web.fetch(0, "/p/1.html")
+    web.fetch(1, "/p/1.html")
+    log = web.log()
+    by_address = [(a.domain, a.target, b.domain, b.target) for a, b in consecutive(log, by="address")]
+    assert by_address == [("d0.test", "/fault/slow/2000", "d1.test", "/fault/slow/100"),
+                          ("d1.test", "/fault/slow/100", "d0.test", "/p/1.html"),
+                          ("d0.test", "/p/1.html", "d1.test", "/p/1.html")]
+    first, second = consecutive(log, by="address")[0]
+    assert second.ms - first.done < 0  # overlapped: no interval at all
+    assert sorted((a.domain, a.target, b.target) for a, b in consecutive(log)) == [
+        ("d0.test", "/fault/slow/2000", "/p/1.html"), ("d1.test", "/fault/slow/100", "/p/1.html")]
+    assert max_in_flight(log) == {"127.1.0.1": 2, "127.1.0.2": 1}
+    assert max_in_flight(log, by="domain") == {"d0.test": 1, "d1.test": 1, "d2.test": 1}
+
+
+def test_in_flight_counts_touching_and_unanswered_requests() -> None:
+    def entry(ms: float, done: float, address: str = "a") -> LogEntry:
+        return LogEntry(ms, "d0.test", "/", 200, done, address)
+
+    # one arriving just as the other's answer ended follows it; one unanswered is in flight to the end
+    assert max_in_flight([entry(0, 10), entry(10, 20), entry(20, 30)]) == {"a": 1}
+    assert max_in_flight([entry(0, 0), entry(5, 6), entry(100, 101), entry(3, 4, "b")]) == {"a": 2, "b": 1}
+    assert max_in_flight([entry(0, 50), entry(10, 20), entry(15, 30), entry(40, 60)]) == {"a": 3}
+    with pytest.raises(ValueError, match="by must be"):
+        consecutive([], by="host")  # type: ignore[arg-type]

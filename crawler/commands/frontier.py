@@ -58,6 +58,8 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "redis_out_of_memory": bool(memory.get("maxmemory")) and memory["used_memory"] >= memory["maxmemory"],
         "oom_dropped": counters.get("oom_dropped", 0),
         "ledger": Ledger.from_status({**status, "counters": counters}).as_dict(),
+        # per-address politeness (CRAWLER_IP_DELAY); None when off
+        "addresses": frontier.addresses_status(),
         # what CRAWLER_SITEMAPS found and dropped, and why (crawler/middlewares/sitemaps.py)
         "sitemaps": {k[len("sitemaps_"):]: v for k, v in sorted(counters.items()) if k.startswith("sitemaps_")},
         "counters": counters,
@@ -88,7 +90,25 @@ def text(r: dict[str, Any]) -> str:
     ]
     if sitemaps:
         lines.append(_sitemaps_line(sitemaps))
+    if r.get("addresses"):
+        lines += _addresses_lines(r["addresses"])
     return "\n".join(lines)
+
+
+def _addresses_lines(a: dict[str, Any]) -> list[str]:
+    """Per-address politeness: what waits on an address, the shared front ends, the busiest."""
+    spread = ", ".join(f"{n} with {k}" for k, n in a["domains_per_address"].items() if n)
+    lookups = ", ".join(f"{v} {k}" for k, v in sorted(a["lookups"].items())) or "none yet"
+    lines = [f"  addresses     {a['addresses_known']} known ({a['scope']}; domains per address: {spread or '-'}), "
+             f"{a['requests_waiting_on_address']} domains waiting on an address, "
+             f"{a['domains_resolving']} names being looked up; lookups {lookups}; {a['moves']} names moved"]
+    for address, why in sorted(a["shared"].items()):
+        because = "in CRAWLER_IP_SHARED" if why.get("reason") == "range" else f"{why.get('domains')} domains"
+        lines.append(f"  shared        {address}: a shared front end ({because})")
+    for b in a["busiest"][:5]:
+        lines.append(f"  busiest       {b['address']}: {b['domains']} domains, {b['in_flight']} in flight, "
+                     f"{b['waiting']} waiting, {b['served']} served" + (" (shared)" if b["shared"] else ""))
+    return lines
 
 
 def _sitemaps_line(s: dict[str, int]) -> str:

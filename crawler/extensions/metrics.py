@@ -96,6 +96,14 @@ FRONTIER_GAUGES: dict[str, str] = {
     "delayed": "Requests waiting in the delayed set (exported by one process per frontier)",
 }
 
+#: per-address politeness (CRAWLER_IP_DELAY), from ``Frontier.addresses_status``
+ADDRESS_GAUGES: dict[str, str] = {
+    "addresses_known": "IP addresses the frontier knows (per-address politeness; every shard's on one Redis)",
+    "requests_waiting_on_address": "Domains due but waiting for their address's turn",
+    "domains_resolving": "Names being looked up for the frontier",
+    "shared": "Addresses found to be shared front ends",
+}
+
 #: fetch duration buckets, seconds: a fast local page to a slow one near DOWNLOAD_TIMEOUT
 FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0, float("inf"))
 
@@ -251,6 +259,24 @@ class _Collector:
             gauge = GaugeMetricFamily(f"crawler_frontier_{key}", text, labels=names)
             gauge.add_metric(self.labels, float(status[key]))
             yield gauge
+        try:
+            addresses = self.frontier.addresses_status()
+        except _REDIS_ERRORS:
+            return
+        if addresses is None:
+            return
+        for key, text in ADDRESS_GAUGES.items():
+            value = addresses[key]
+            gauge = GaugeMetricFamily(f"crawler_frontier_{key}", text, labels=names)
+            gauge.add_metric(self.labels, float(len(value) if isinstance(value, dict) else value))
+            yield gauge
+        # the 10 busiest only: the label's values stay few
+        busiest = GaugeMetricFamily("crawler_frontier_busiest_address_waiting",
+                                    "Domains waiting on one of the 10 addresses serving the most domains",
+                                    labels=[*names, "address"])
+        for b in addresses["busiest"]:
+            busiest.add_metric([*self.labels, b["address"]], float(b["waiting"]))
+        yield busiest
 
 
 class MetricsExtension:

@@ -1,5 +1,6 @@
 """The crawler's own HTTP/1.1 and HTTPS download handler."""
 
+from crawler.fetch._address import Addresses, Answer
 from crawler.fetch.handler import DownloadHandler, keeps_alive
 
 
@@ -16,4 +17,4 @@ def tls_private() -> tuple[dict[str, str], list[str], list[str]]:
     return dict(_openssl.KNOWN), names, list(_openssl.missing())
 
 
-__all__ = ["DownloadHandler", "keeps_alive", "tls_private"]
+__all__ = ["Addresses", "Answer", "DownloadHandler", "keeps_alive", "tls_private"]

@@ -57,6 +57,20 @@ class BadHost(IgnoreRequest):
     """The host is not a name DNS could hold."""
 
 
+class NoSuchHost(IgnoreRequest):
+    """The name does not exist (NXDOMAIN), after the frontier's retries."""
+
+
+class Answer(NamedTuple):
+    """A lookup for the frontier (per-address politeness): ``status`` ok,
+    nx (no such name), retry (the lookup failed or timed out) or refused
+    (every address is one the crawler may not go to)."""
+
+    status: str
+    addresses: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()  # those of the addresses inside CRAWLER_IP_SHARED
+
+
 class Allowed:
     """``CRAWLER_ALLOW_PRIVATE``: host patterns and networks (CIDR)."""
 
@@ -106,6 +120,9 @@ def _embedded(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
+
+#: getaddrinfo's "no such name" (the others come and go: EAI_AGAIN, EAI_FAIL...)
+_NXDOMAIN = {getattr(socket, n) for n in ("EAI_NONAME", "EAI_NODATA") if hasattr(socket, n)}
 
 _LABEL = re.compile(r"[a-z0-9_-]{1,63}\Z", re.IGNORECASE)
 
@@ -163,6 +180,9 @@ class Addresses:
         self.stats = stats
         self.executor = ThreadPoolExecutor(max(1, settings.getint("REACTOR_THREADPOOL_MAXSIZE")),
                                            thread_name_prefix="crawler-dns")
+        self.max_addresses = setting(settings, "CRAWLER_DNS_MAX_ADDRESSES")
+        self.shared_ranges = [ipaddress.ip_network(str(n).strip(), strict=False)
+                              for n in setting(settings, "CRAWLER_IP_SHARED")]
 
     async def resolve(self, host: str) -> Address:
         """The first address to connect to for ``host``; refused if none is allowed."""
@@ -199,6 +219,41 @@ class Addresses:
             self.stats.inc_value("crawler/dns/dropped", len(refused))
             logger.debug("Dropped %s of %s: non-global", ", ".join(map(str, refused)), host)
         return _Entry(expires, permitted, refused)
+
+    async def answer(self, host: str) -> Answer:
+        """Look ``host`` up for the frontier, once for the whole crawl: every
+        address it may go to (at most ``CRAWLER_DNS_MAX_ADDRESSES``), or why
+        none. Never raises for the name's sake."""
+        try:
+            found = await self._lookup(host)
+        except BadHost:
+            return Answer("nx")  # no lookup could ever find it
+        except CannotResolveHostError as e:
+            cause = e.__cause__
+            if isinstance(cause, socket.gaierror) and cause.errno in _NXDOMAIN or "no IP address" in str(e):
+                return Answer("nx")
+            return Answer("retry")
+        permitted = [a for a in found if not self.block or is_public(a) or self.allowed(host, a)]
+        if not permitted:
+            try:
+                self._refuse(host, found[0])
+            except PrivateAddressRefused:
+                pass
+            return Answer("refused")
+        if len(permitted) < len(found):
+            self.stats.inc_value("crawler/dns/dropped", len(found) - len(permitted))
+        kept = tuple(str(a) for a in permitted[:self.max_addresses])
+        return Answer("ok", kept, tuple(a for a in kept
+                                        if any(ipaddress.ip_address(a) in n for n in self.shared_ranges)))
+
+    def permit(self, host: str, address: str) -> Address:
+        """The address the frontier charged a request of ``host`` to, checked
+        again here (a record written by a worker with other settings is no
+        reason to go somewhere this one refuses)."""
+        found = ipaddress.ip_address(address)
+        if self.block and not (is_public(found) or self.allowed(host, found)):
+            self._refuse(host, found)
+        return found
 
     def known_here(self, host: str) -> bool:
         """Whether ``host``'s addresses come from the URL (an IP address) or

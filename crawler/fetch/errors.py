@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from scrapy.exceptions import ResponseDataLossError
 
-from crawler.fetch._address import BadHost, PrivateAddressRefused
+from crawler.fetch._address import BadHost, NoSuchHost, PrivateAddressRefused
 from crawler.fetch._exchange import BodyDecodeError, HeadTooLarge, TooLarge
 from crawler.fetch.handler import RefusedURL, UnsupportedScheme
 
-__all__ = ["FINAL", "REFUSED", "BadHost", "BodyDecodeError", "PrivateAddressRefused", "RefusedURL", "TooLarge",
+__all__ = ["FINAL", "REFUSED", "BadHost", "BodyDecodeError", "NoSuchHost", "PrivateAddressRefused", "RefusedURL", "TooLarge",
            "reason"]
 
 _REASONS: tuple[tuple[type[BaseException], str], ...] = (
@@ -24,6 +24,7 @@ _REASONS: tuple[tuple[type[BaseException], str], ...] = (
     (HeadTooLarge, "too_large"),
     (PrivateAddressRefused, "refused_address"),
     (BadHost, "bad_host"),
+    (NoSuchHost, "dns"),
     (RefusedURL, "refused_url"),
     (UnsupportedScheme, "unsupported_scheme"),
 )
@@ -31,7 +32,7 @@ _REASONS: tuple[tuple[type[BaseException], str], ...] = (
 #: failures that another attempt would only repeat
 FINAL: tuple[type[BaseException], ...] = (BodyDecodeError, TooLarge, HeadTooLarge)
 #: refusals (``IgnoreRequest``) that are failures of the URL, not choices of the crawl
-REFUSED: tuple[type[BaseException], ...] = (PrivateAddressRefused, BadHost, RefusedURL)
+REFUSED: tuple[type[BaseException], ...] = (PrivateAddressRefused, BadHost, NoSuchHost, RefusedURL)
 
 
 def reason(exception: BaseException, default: str) -> str:

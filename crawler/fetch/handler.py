@@ -68,12 +68,12 @@ from twisted.python.failure import Failure
 
 from crawler.clock import clock_of
 from crawler.fetch import received
-from crawler.fetch._address import Address, Addresses
+from crawler.fetch._address import Address, Addresses, NoSuchHost, PrivateAddressRefused
 from crawler.fetch._decode import accepted
 from crawler.fetch._exchange import Connection, Exchange, HeadTooLarge, TooLarge
 from crawler.fetch._proxy import Proxy, Tunnel, connect_request, proxy_for
 from crawler.fetch._tls import TLS, TLSProtocol
-from crawler.meta import page_limit
+from crawler.meta import ADDRESS, page_limit
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -87,8 +87,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Bind = tuple[str, int] | None
-# scheme, host, port, local address, proxy
-Key = tuple[str, str, int, Bind, Proxy | None]
+# scheme, host, port, local address, proxy, the address the frontier charged ("": none)
+Key = tuple[str, str, int, Bind, Proxy | None, str]
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 # What Scrapy's HttpCompressionMiddleware puts in every request (scrapy 2.19)
 _SCRAPY_ACCEPT_ENCODING = b"gzip, deflate, br, zstd"
@@ -130,6 +130,7 @@ class DownloadHandler(BaseDownloadHandler):
         self.clock = clock_of(crawler)
         self.addresses = Addresses(settings, crawler.stats, self.clock)
         self.proxy_dns = setting(settings, "CRAWLER_PROXY_DNS")  # who resolves a proxied target's name
+        self.nx_lookups = setting(settings, "CRAWLER_DNS_NX_RETRIES") + 1
         self.tls = TLS(settings)
         self.idle: dict[Key, list[Connection]] = {}
         self.lru: OrderedDict[Connection, Key] = OrderedDict()  # every idle connection, oldest first
@@ -160,9 +161,9 @@ class DownloadHandler(BaseDownloadHandler):
             raise RefusedURL(f"bad port in {request.url}: ports are 1 to 65535")
         bind = _bind_address(request.meta.get("bindaddress")) or self.bind
         proxy = proxy_for(request)
-        key: Key = (scheme, host, port, bind, proxy)
+        key: Key = (scheme, host, port, bind, proxy, self.pinned(request, host) if proxy is None else "")
         if proxy is not None and scheme == "http":
-            key = ("http-proxy", "", 0, bind, proxy._replace(auth=None))  # one pool for every target
+            key = ("http-proxy", "", 0, bind, proxy._replace(auth=None), "")  # one pool for every target
         timeout = float(request.meta.get("download_timeout") or self.timeout) or None
         try:
             async with asyncio.timeout(timeout):
@@ -177,7 +178,10 @@ class DownloadHandler(BaseDownloadHandler):
         if proxy is None:
             connection = self.pooled(key)
             if connection is None:
-                connection = await self.connect(target, await self.resolve(host), key[3])
+                # the address the frontier charged, and no other: a failed connect is
+                # retried under a new lease, never silently sent to a second address
+                addresses = [self.addresses.permit(host, key[5])] if key[5] else await self.resolve(host)
+                connection = await self.connect(target, addresses, key[3])
         else:
             await self.check_proxied(host)  # the target is refused before the proxy hears of it
             connection = self.pooled(key)
@@ -215,6 +219,22 @@ class DownloadHandler(BaseDownloadHandler):
         else:
             connection.close()
         return self.response(request, exchange, connection.address, certificate)
+
+    def pinned(self, request: Request, host: str) -> str:
+        """The address the frontier charged ``request`` to (``meta["crawler_address"]``,
+        per-address politeness), while its host is the one it was charged for; "" if none."""
+        pin = request.meta.get(ADDRESS)
+        if not isinstance(pin, dict) or pin.get("host") != host:
+            return ""
+        address = str(pin.get("address") or "")
+        if address == "!nx":
+            self.stats.inc_value("crawler/dns/no_such_host")
+            raise NoSuchHost(f"DNS: {host} does not exist (looked up {self.nx_lookups} times, "
+                             f"CRAWLER_DNS_NX_RETRIES + 1)")
+        if address == "!refused":
+            self.stats.inc_value("crawler/refused/private_address")
+            raise PrivateAddressRefused(f"{host} leads only to non-global addresses")
+        return address
 
     async def resolve(self, host: str) -> list[Address]:
         return list(await self.addresses.resolve_all(host))

@@ -53,7 +53,7 @@ from scrapy.http.request import NO_CALLBACK
 
 from crawler.clock import clock_of
 from crawler.fallback import cannot_connect, fallback_request
-from crawler.meta import DEAD, DELAY, END, LEASE, MAX_PAGE_BYTES, ROBOTS
+from crawler.meta import ADDRESS, DEAD, DELAY, END, LEASE, MAX_PAGE_BYTES, ROBOTS
 from crawler.middlewares.useragent import robots_agent
 from crawler.robots import Rules, compile_rules
 from crawler.worker import DISALLOWED
@@ -117,6 +117,7 @@ class SharedRobotsMiddleware:
         self.local: dict[str, tuple[Rules, float]] = {}  # origin -> (rules, monotonic expiry)
         self.fetching: dict[str, asyncio.Future[Rules | Wait]] = {}
         self.fetched: dict[str, tuple[float, float]] = {}  # origin -> last robots fetch began, ended
+        self.pins: dict[str, Any] = {}  # origin -> the address its waiting request was charged to (meta ADDRESS)
         self.random = random.Random()
         self.workers: ProcessPoolExecutor | None = None
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
@@ -132,14 +133,18 @@ class SharedRobotsMiddleware:
         if parts.scheme not in ("http", "https"):
             return None
         origin = f"{parts.scheme}://{parts.netloc}"
+        if ADDRESS in request.meta:  # the robots.txt this request waits for goes where its turn was charged
+            self.pins[origin] = request.meta[ADDRESS]
         asked = self._now()
         try:
             verdict = await self.verdict(origin)
         except REDIS_ERRORS:
+            self.pins.pop(origin, None)
             # Redis away: ask again later; the scheduler keeps the request
             # until Redis can store it in the delayed set
             self.stats.inc_value("crawler/robots/redis_unavailable")
             return self._hand_back(request, _REDIS_WAIT)
+        self.pins.pop(origin, None)
         fetched = self.fetched.pop(origin, None)
         if fetched is not None and fetched[1] >= asked:
             # robots.txt (or a hop of it) was this request's turn at the domain
@@ -353,6 +358,9 @@ class SharedRobotsMiddleware:
                   # read up to the cap whatever the length says (RFC 9309 2.5)
                   "download_maxsize": 0},
         )
+        pin = self.pins.pop(origin, None)
+        if pin is not None:
+            request.meta[ADDRESS] = pin
         self.stats.inc_value("crawler/robots/fetched")
         began = self._now()
         try:

@@ -85,6 +85,10 @@ class BillionSpider(scrapy.Spider):
         "CRAWLER_HTML_ONLY": True,
         "CRAWLER_MAX_PAGE_BYTES": 250_000,
         "CRAWLER_BLOCK_PRIVATE": True,
+        # polite to the server, not only to the name: one request at a time
+        # per IP address, 1 s from the end of one answer to the next
+        # (docs/politeness.md); shared hosts carry hundreds of domains
+        "CRAWLER_IP_DELAY": 1.0,
         "CRAWLER_MAX_DEPTH": 16,
         # the pages sites list in the sitemaps their robots.txt names (docs/sitemaps.md)
         "CRAWLER_SITEMAPS": True,

@@ -12,11 +12,13 @@ from crawler.store.frontier import (
     DEDUP_MODES,
     Acknowledgement,
     AddResult,
+    AddressPoliteness,
     Dedup,
     Frontier,
     FrontierConfigError,
     Item,
     Leased,
+    Lookup,
     Politeness,
     TakeResult,
     bloom_error_rate,
@@ -39,7 +41,7 @@ from crawler.store.ledger import (
 from crawler.store.stores import DeadLetter, DeadLetters, DomainLocks, RobotsStore
 
 __all__ = ["DEAD", "DEDUP_MODES", "DISALLOWED", "END_STATES", "ENDS", "LOST", "REDIRECTED", "REPLACED",
-           "REWOUND", "SKIPPED", "STORED", "UNKNOWN", "VANISHED", "Acknowledgement", "AddResult",
+           "REWOUND", "SKIPPED", "STORED", "UNKNOWN", "VANISHED", "Acknowledgement", "AddResult", "AddressPoliteness",
            "DeadLetter", "DeadLetters", "Dedup", "DomainLocks", "Epoch", "Frontier", "FrontierConfigError",
-           "FrontierLost", "Item", "Keys", "Leased", "Ledger", "LuaScript", "Politeness", "RobotsStore",
+           "FrontierLost", "Item", "Keys", "Leased", "Ledger", "Lookup", "LuaScript", "Politeness", "RobotsStore",
            "Scripts", "TakeResult", "bloom_error_rate", "describe", "stored_dedup"]

@@ -13,7 +13,7 @@ from scrapy import Request
 from scrapy.utils.request import request_from_dict
 
 from crawler import serializers
-from crawler.meta import LEASE
+from crawler.meta import ADDRESS, LEASE
 
 if TYPE_CHECKING:
     from scrapy import Spider
@@ -29,8 +29,8 @@ def encode(request: Request, spider: Spider) -> bytes:
     cannot carry, the message naming its key)."""
     data = request.to_dict(spider=spider)
     meta = data.get("meta")
-    if meta and LEASE in meta:
-        data["meta"] = meta = {k: v for k, v in meta.items() if k != LEASE}
+    if meta and (LEASE in meta or ADDRESS in meta):  # this lease's, never the next one's
+        data["meta"] = meta = {k: v for k, v in meta.items() if k != LEASE and k != ADDRESS}
     try:
         return b"R" + serializers.dumps(data)
     except TypeError as exc:

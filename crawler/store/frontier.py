@@ -58,6 +58,10 @@ class Leased:
     domain: str
     priority: int
     entry: bytes
+    #: per-address politeness: the address the request is charged to and
+    #: must connect to; "" when not charged; "!nx" / "!refused": its host
+    #: has no address to go to (it ends as a dead letter, unsent)
+    address: str = ""
 
 
 @dataclass
@@ -76,6 +80,31 @@ class TakeResult:
     items: list[Leased]
     now_ms: int
     next_due_ms: int | None  # earliest next-fetch time of a queued domain, or of a delayed request
+    lookups: list[tuple[str, str]] = field(default_factory=list)  # (host, domain) this worker is to resolve
+
+
+@dataclass(frozen=True)
+class AddressPoliteness:
+    """Per-address politeness (``CRAWLER_IP_*``, ``CRAWLER_DNS_*``); ``delay`` 0: off."""
+
+    delay: float = 0.0  # seconds from an answer's mark to the address's next request
+    shared_delay: float = 0.25  # seconds between request starts at a shared front end
+    shared_cap: int = 4  # requests in flight at a shared front end
+    shared_min: int = 2000  # registered domains that make an address a shared front end; 0: never by count
+    ttl: float = 300.0  # seconds a name's addresses are kept
+    nx_retries: int = 3  # lookups of a missing name before its URLs end as dead letters
+    claim: float = 65.0  # seconds a lookup may take before another worker tries
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A lookup's answer, as ``dns_done.lua`` takes it."""
+
+    host: str
+    domain: str
+    status: str  # ok, nx, retry, refused
+    addresses: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()  # those of the addresses inside CRAWLER_IP_SHARED
 
 
 @dataclass(frozen=True)
@@ -136,8 +165,14 @@ def bloom_error_rate(meta: dict[str, str]) -> float | None:
     return -math.expm1(log_none_false)
 
 
-__all__ = ["DEDUP_MODES", "AddResult", "Dedup", "Frontier", "FrontierConfigError", "Item", "Leased",
-           "Politeness", "TakeResult", "stored_dedup"]
+__all__ = ["DEDUP_MODES", "AddResult", "AddressPoliteness", "Dedup", "Frontier", "FrontierConfigError", "Item",
+           "Leased", "Lookup", "Politeness", "TakeResult", "stored_dedup"]
+
+
+def _is_cluster(client: Any) -> bool:
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
 
 
 class FrontierConfigError(ValueError):
@@ -167,9 +202,19 @@ class Frontier:
         domain_cap: int = 0,
         domain_budget: int = 0,
         lease_seconds: float = 180.0,
+        addresses: AddressPoliteness | None = None,
+        shards: int = 1,
         clock: Clock = SYSTEM,
     ) -> None:
         self.client = client
+        self.addresses = addresses or AddressPoliteness()
+        # the address space: one per spider on a standalone Redis (exact across
+        # its shards); a Cluster's scripts reach one slot only: per shard there
+        self.address_base = keys.base if _is_cluster(client) else keys.addresses
+        # ... where each of the spider's shards gives an address its turn: the delay
+        # is that many times longer, so the address's rate stays within one a delay
+        self.address_spread = shards if self.address_base == keys.base else 1
+        self.script_keys = [keys.base, self.address_base]
         self.clock = clock  # the scripts' now_ms() and the acknowledgements' ages (crawler/clock.py)
         self.keys = keys
         self.dedup = dedup or Dedup()
@@ -229,6 +274,11 @@ class Frontier:
         # the defaults the scripts apply when a parked domain's request is done
         pipe.hset(meta, mapping={"rate": repr(p.rate), "burst": p.burst, "delay": _ms(p.delay),
                                  "delay_factor": repr(p.factor), "delay_max": _ms(p.max_delay)})
+        a = self.addresses
+        spread = self.address_spread
+        pipe.hset(meta, mapping={"ip_delay": _ms(a.delay * spread), "ip_shared_delay": _ms(a.shared_delay * spread),
+                                 "ip_shared_cap": a.shared_cap, "ip_shared_min": a.shared_min,
+                                 "dns_ttl": _ms(a.ttl), "dns_nx": a.nx_retries, "dns_claim": _ms(a.claim)})
         pipe.delete(self.keys.policy_settings)
         if self.overrides:
             pipe.hset(self.keys.policy_settings,
@@ -243,7 +293,7 @@ class Frontier:
         for item in items:
             a, b = self.dedup.args(item.digest)
             args += (a, b, item.domain, item.priority, item.entry, "0" if item.dont_filter else "1")
-        added, dups, capped, acked, over, excluded, unseen = self.scripts.enqueue(keys=[self.keys.base], args=args)
+        added, dups, capped, acked, over, excluded, unseen = self.scripts.enqueue(keys=self.script_keys, args=args)
         return AddResult(added, dups, capped, acked, over, excluded, tuple(unseen))
 
     def drain_inbox(self, n: int = 1000) -> tuple[int, AddResult]:
@@ -262,24 +312,37 @@ class Frontier:
         """
         p = self.politeness
         reply = self.scripts.dequeue(
-            keys=[self.keys.base],
+            keys=self.script_keys,
             args=[n, self.lease_ms, p.rate, p.burst, _ms(p.delay), call, previous,
                   *_ids(acks, self.clock.monotonic()), *self.epoch.args()],
         )
         self.epoch.observe(reply[2].decode(), int(reply[3]), int(reply[4]))  # FrontierLost: nothing done
         items = []
-        for i in range(5, len(reply), 2):
+        for i in range(6, len(reply), 3):
             domain, prio, entry = reply[i + 1].split(b"\n", 2)
-            items.append(Leased(reply[i].decode(), domain.decode(), int(prio), entry))
+            items.append(Leased(reply[i].decode(), domain.decode(), int(prio), entry, reply[i + 2].decode()))
+        names = reply[5] if len(reply) > 5 else []
+        lookups = [(names[i].decode(), names[i + 1].decode()) for i in range(0, len(names), 2)]
         next_due = int(reply[1])
-        return TakeResult(items, int(reply[0]), None if next_due < 0 else next_due)
+        return TakeResult(items, int(reply[0]), None if next_due < 0 else next_due, lookups)
+
+    def answer(self, lookups: Sequence[Lookup]) -> list[tuple[str, str, int]]:
+        """Record lookups' answers (``dns_done.lua``); the addresses this made
+        shared front ends, with why (``range``, ``domains``) and how many domains."""
+        if not lookups:
+            return []
+        args: list[Any] = [len(lookups)]
+        for found in lookups:
+            args += (found.host, found.domain, found.status, " ".join(found.shared), " ".join(found.addresses))
+        flips = self.scripts.dns_done(keys=self.script_keys, args=args)
+        return [(flips[i].decode(), flips[i + 1].decode(), int(flips[i + 2])) for i in range(0, len(flips), 3)]
 
     def delay(self, items: Iterable[tuple[float, str, int, bytes]], acks: Iterable[str | Acknowledgement] = ()) -> int:
         """Park ``(seconds, domain, priority, entry)`` requests until due."""
         args: list[Any] = _ids(acks, self.clock.monotonic())
         for seconds, domain, prio, entry in items:
             args += (max(0, _ms(seconds)), domain, prio, entry)
-        return int(self.scripts.delay(keys=[self.keys.base], args=args))
+        return int(self.scripts.delay(keys=self.script_keys, args=args))
 
     def push_domain(self, domain: str, seconds: float) -> int:
         """No request of ``domain`` before now + ``seconds`` (server clock)."""
@@ -296,7 +359,7 @@ class Frontier:
         leases = list(leases)
         if not leases:
             return 0
-        return int(self.scripts.release(keys=[self.keys.base], args=leases))
+        return int(self.scripts.release(keys=self.script_keys, args=leases))
 
     # --- operators -------------------------------------------------------
 
@@ -334,6 +397,47 @@ class Frontier:
             "leases_expired": expired,
             "delayed": delayed,
             "counters": stats,
+        }
+
+    def addresses_status(self, top: int = 10) -> dict[str, Any] | None:
+        """Per-address politeness as it stands (None when it is off): the
+        addresses known, the requests waiting on an address rather than on
+        their domain, the names being looked up, the shared front ends, the
+        ``top`` busiest addresses and how many domains addresses serve. On a
+        standalone Redis the addresses are every shard's."""
+        ip_delay = self.client.hget(self.keys.meta, "ip_delay")
+        if not int(ip_delay or 0):
+            return None
+        b = self.address_base
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(f"{b}:ipbusy")
+        pipe.hgetall(f"{b}:stats")
+        pipe.hgetall(f"{b}:ipshared")
+        pipe.zrevrange(f"{b}:ipbusy", 0, top - 1, withscores=True)
+        pipe.zcard(self.keys.key("dnsq"))
+        buckets = (("1", 1, 1), ("2-9", 2, 9), ("10-99", 10, 99), ("100-999", 100, 999), ("1000+", 1000, "+inf"))
+        for _, low, high in buckets:
+            pipe.zcount(f"{b}:ipbusy", low, high)
+        known, counters, shared, busiest, resolving, *spread = pipe.execute()
+        counters = {k.decode(): int(v) for k, v in counters.items()}
+        pipe = self.client.pipeline(transaction=False)
+        for address, _ in busiest:
+            pipe.hmget(f"{b}:ip:{address.decode()}", "out", "served")
+            pipe.zcard(f"{b}:ipwait:{address.decode()}")
+        found = pipe.execute()
+        return {
+            "scope": "every shard of this Redis" if b != self.keys.base else "this shard (Redis Cluster)",
+            "addresses_known": known,
+            "requests_waiting_on_address": max(0, counters.get("ip_waiting", 0)),
+            "domains_resolving": resolving,
+            "moves": counters.get("ip_moves", 0),
+            "lookups": {k[len("dns_"):]: v for k, v in counters.items() if k.startswith("dns_")},
+            "shared": {a.decode(): json.loads(why) for a, why in shared.items()},
+            "busiest": [{"address": a.decode(), "domains": int(domains), "in_flight": int(found[2 * i][0] or 0),
+                         "served": int(found[2 * i][1] or 0), "waiting": found[2 * i + 1],
+                         "shared": a.decode().encode() in shared}
+                        for i, (a, domains) in enumerate(busiest)],
+            "domains_per_address": {name: n for (name, _, _), n in zip(buckets, spread)},
         }
 
     def count(self, name: str, n: int = 1) -> None:
@@ -379,10 +483,15 @@ class Frontier:
         return int(queued or 0) + delayed + leases + inbox
 
     def clear(self) -> int:
-        """Delete every key of this frontier; returns how many."""
+        """Delete every key of this frontier, and the spider's address space
+        (a standalone Redis's is every shard's: it fills again as they go on);
+        returns how many."""
         removed = 0
         batch: list[bytes] = []
-        for key in self.client.scan_iter(match=self.keys.pattern(), count=1000):
+        patterns = [self.keys.pattern()]
+        if self.address_base != self.keys.base:
+            patterns.append(self.keys.addresses_pattern())
+        for key in (k for pattern in patterns for k in self.client.scan_iter(match=pattern, count=1000)):
             batch.append(key)
             if len(batch) >= 500:
                 removed += self.client.unlink(*batch)

@@ -43,7 +43,36 @@ key (after the base)      type    holds
 ``:epoch``                hash    ``id`` and ``created`` ms of this frontier's
                                   epoch (``epoch.lua``, ``epoch.py``)
 ``:meta``                 hash    dedup layout; politeness defaults (rate,
-                                  burst, delay ms, delay_factor, delay_max ms)
+                                  burst, delay ms, delay_factor, delay_max ms);
+                                  per address: ``ip_delay``, ``ip_shared_delay``,
+                                  ``dns_ttl``, ``dns_claim`` (ms),
+                                  ``ip_shared_cap``, ``ip_shared_min``, ``dns_nx``
+``:dns:<host>``           hash    a host's addresses (``a``, space-separated),
+                                  ``st`` (``ok``, ``retry``, ``nx``,
+                                  ``refused``), ``exp``/``until`` ms, ``cl``
+                                  (a lookup claimed until, ms), ``tries``,
+                                  ``rr`` (next address to try)
+``:dnsq``                 zset    host -> deadline of its claimed lookup
+``:dnswait:<host>``       set     domains waiting for the host's lookup
+``:leasea``               hash    lease id -> the address it is charged to
+========================  ======  =============================================
+
+Per address, under the *address space*: on a standalone Redis one per
+spider, ``<prefix>:{<spider>:ip}``, shared by all its shards (scripts reach
+it as ``KEYS[2]``); on a Redis Cluster, the frontier's own base.
+
+========================  ======  =============================================
+``:ip:<a>``               hash    ``out`` in flight, ``next`` ms, ``served``,
+                                  ``doms`` domains seen, ``shared`` (1: a
+                                  shared front end)
+``:ipwait:<a>``           zset    ``"<frontier base>\n<domain>"`` -> its own
+                                  due ms: domains waiting for ``<a>``
+``:ipdue``                zset    address -> ms its first waiter is offered it
+``:ipdoms:<a>``           set     registered domains served by ``<a>`` (until
+                                  it is a shared front end)
+``:ipbusy``               zset    address -> domains served (the busiest)
+``:ipshared``             hash    address -> JSON why it is a shared front end
+``:stats``                hash    ``ip_waiting``, ``ip_moves``, ``dns_*``
 ========================  ======  =============================================
 
 A record is ``"<domain>\\n<priority>\\n<serialized request>"``.
@@ -95,6 +124,11 @@ class Keys:
 
     def key(self, *parts: str) -> str:
         return ":".join((self.base, *parts))
+
+    @property
+    def addresses(self) -> str:
+        """The address space of a standalone Redis: one per spider, every shard's."""
+        return f"{self.prefix}:{{{self.spider}:ip}}"
 
     @property
     def ready(self) -> str:
@@ -161,6 +195,10 @@ class Keys:
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this frontier."""
         return _GLOB.sub(r"\\\1", self.base) + ":*"
+
+    def addresses_pattern(self) -> str:
+        """A SCAN pattern matching every key of the spider's address space."""
+        return _GLOB.sub(r"\\\1", self.addresses) + ":*"
 
     def shards_pattern(self) -> str:
         """A SCAN pattern matching the meta key of every shard of this spider."""
@@ -258,7 +296,7 @@ def supports_flags(client: redis.Redis) -> bool:
 
 class Scripts:
     NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock",
-             "drain_inbox", "robots_get", "robots_done")
+             "drain_inbox", "robots_get", "robots_done", "dns_done")
 
     def __init__(self, client: redis.Redis, clock_key: str | None = None) -> None:
         flags = supports_flags(client)
@@ -276,3 +314,4 @@ class Scripts:
     drain_inbox: LuaScript
     robots_get: LuaScript
     robots_done: LuaScript
+    dns_done: LuaScript

@@ -40,8 +40,10 @@ MIN_POLL_WAIT = 0.002
 
 class Intake:
     def __init__(self, frontier: Frontier, prefetch: int, poll_interval: float,
-                 wake_in: Callable[[float], None], stats: StatsCollector | None, clock: Clock = SYSTEM) -> None:
+                 wake_in: Callable[[float], None], stats: StatsCollector | None, clock: Clock = SYSTEM,
+                 ask: Callable[[list[tuple[str, str]]], None] | None = None) -> None:
         self.frontier = frontier
+        self.ask = ask  # the names a call claimed for this worker to look up (per-address politeness)
         self.clock = clock
         self.prefetch = prefetch
         self.poll_interval = poll_interval
@@ -84,6 +86,8 @@ class Intake:
         inc(self.stats, "crawler/frontier/acked", len(acks))
         inc(self.stats, "crawler/frontier/polls")
         self.buffer.extend(result.items)
+        if result.lookups and self.ask is not None:
+            self.ask(result.lookups)
         if len(result.items) >= want:
             self.empty_polls = 0
             self.next_poll = 0.0  # more may be due right now

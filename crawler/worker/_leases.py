@@ -103,6 +103,7 @@ class Lease:
         self.domain = leased.domain
         self.priority = leased.priority
         self.entry = leased.entry  # the serialized request
+        self.address = leased.address  # per address: where it is charged and must connect ("": anywhere)
         self.payload: Any = None  # what it is lent as: set by Leases.lend
         self.held = False  # done, its page on its way to storage
         self.page: Any = None  # the request whose page storage is to hold

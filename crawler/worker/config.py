@@ -12,7 +12,7 @@ from scrapy.utils.python import global_object_name
 
 from crawler.clock import SYSTEM, Clock
 from crawler.settings_registry import SettingsError, lease_seconds, setting
-from crawler.store import Dedup, Frontier, Politeness
+from crawler.store import AddressPoliteness, Dedup, Frontier, Politeness
 
 if TYPE_CHECKING:
     import redis
@@ -36,6 +36,7 @@ class FrontierSettings:
     shard: int
     dedup: Dedup
     politeness: Politeness
+    addresses: AddressPoliteness
     overrides: dict[str, dict[str, float]]
     domain_cap: int
     domain_budget: int
@@ -54,11 +55,11 @@ class FrontierSettings:
     idle_before_close: float
     tracking: list[str]
 
-    def frontier(self, client: redis.Redis, keys: Keys, clock: Clock = SYSTEM) -> Frontier:
-        """The frontier at ``keys`` as these settings describe it."""
+    def frontier(self, client: redis.Redis, keys: Keys, clock: Clock = SYSTEM, shards: int = 1) -> Frontier:
+        """The frontier at ``keys`` (one of ``shards``) as these settings describe it."""
         return Frontier(client, keys, dedup=self.dedup, politeness=self.politeness, overrides=self.overrides,
                         domain_cap=self.domain_cap, domain_budget=self.domain_budget,
-                        lease_seconds=self.lease_seconds, clock=clock)
+                        lease_seconds=self.lease_seconds, addresses=self.addresses, shards=shards, clock=clock)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
@@ -82,6 +83,15 @@ class FrontierSettings:
                 setting(settings, "CRAWLER_DOMAIN_DELAY"),
                 setting(settings, "CRAWLER_DELAY_FACTOR"),
                 setting(settings, "CRAWLER_DELAY_MAX"),
+            ),
+            addresses=AddressPoliteness(
+                setting(settings, "CRAWLER_IP_DELAY"),
+                setting(settings, "CRAWLER_IP_SHARED_DELAY"),
+                setting(settings, "CRAWLER_IP_SHARED_CONCURRENCY"),
+                setting(settings, "CRAWLER_IP_SHARED_MIN_DOMAINS"),
+                setting(settings, "CRAWLER_DNS_TTL"),
+                setting(settings, "CRAWLER_DNS_NX_RETRIES"),
+                (settings.getfloat("DNS_TIMEOUT") or 60.0) + 5.0,
             ),
             overrides=_overrides(settings),
             domain_cap=setting(settings, "CRAWLER_DOMAIN_QUEUE_CAP"),

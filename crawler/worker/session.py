@@ -29,15 +29,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
 from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 from twisted.internet import task
 
 from crawler.clock import SYSTEM, Clock
+from crawler.fetch import Addresses
 from crawler.connection import REDIS_ERRORS, _reason, mask_url, persistence_warning
 from crawler.identity import Canonicalizer, domain_of
-from crawler.meta import ATTEMPTS, DEAD, LEASE
+from crawler.meta import ADDRESS, ATTEMPTS, DEAD, LEASE
 from crawler.store import (
     DeadLetter,
     DeadLetters,
@@ -53,6 +55,7 @@ from crawler.store import (
 )
 from crawler.worker._intake import EngineWaker, Intake
 from crawler.worker._leases import Ack, Lease, Leases, Storage
+from crawler.worker._names import Names
 from crawler.worker._outage import FINISH_REASON, LossWatch, RedisGuard
 from crawler.worker._stats import inc
 from crawler.worker._writes import Inbox, Offers, Outbox, Recent, WriteBuffer
@@ -97,6 +100,14 @@ def _unlink(request: Any) -> None:
         request.meta.pop(LEASE, None)
 
 
+class _NoStats:
+    """Stats for a session run without a collector (the name lookups count into it)."""
+
+    def inc_value(self, *args: Any, **kwargs: Any) -> None: ...
+
+    def set_value(self, *args: Any, **kwargs: Any) -> None: ...
+
+
 class WorkerSession:
     def __init__(self, server: redis.Redis, config: FrontierSettings, engine: Engine,
                  stats: StatsCollector | None, settings: BaseSettings,
@@ -127,6 +138,8 @@ class WorkerSession:
         self._dead_letters: DeadLetters
         self._flusher: task.LoopingCall | None = None
         self._storage_call: Any = None  # the next look at pages on their way to storage
+        self._names: Names | None = None  # per-address politeness: the lookups the frontier asks of this worker
+        self._lookups: Addresses
 
     # --- lifecycle -------------------------------------------------------
 
@@ -135,7 +148,7 @@ class WorkerSession:
         config = self.config
         self.spider_name = spider.name
         keys = Keys(config.prefix, spider.name, shard)
-        self.frontier = frontier = config.frontier(self.server, keys, self.clock)
+        self.frontier = frontier = config.frontier(self.server, keys, self.clock, shards)
         if config.flush_on_start:
             frontier.clear()
         frontier.open()
@@ -147,8 +160,11 @@ class WorkerSession:
         recent = Recent(config.dedup_local) if config.dedup_local else None
         self._writes = WriteBuffer(frontier, outbox, self.stats, config.batch, config.ack_interval,
                                    self._send_acks, self.clock, recent)
+        if config.addresses.delay > 0:
+            self._lookups = Addresses(self._settings, self.stats or _NoStats(), self.clock)
+            self._names = Names(frontier, self._lookups.answer, self._answered, self.stats)
         self._intake = Intake(frontier, config.prefetch, config.poll_interval, self._waker.wake_in,
-                              self.stats, self.clock)
+                              self.stats, self.clock, self._names.ask if self._names is not None else None)
         self._inbox = Inbox(frontier, config.batch, self.stats, self.clock)
         self._offers = Offers(spider, shard, shards, config.forward, self._writes, self._leases,
                               self._fingerprinter, self.stats, canonicalize=Canonicalizer(config.tracking),
@@ -162,6 +178,9 @@ class WorkerSession:
         """Store what is buffered, acknowledge finished pages and hand
         unfinished leases back; delete the frontier unless ``SCHEDULER_PERSIST``."""
         self._waker.cancel()
+        if self._names is not None:
+            self._names.close()
+            self._lookups.close()
         self._writes.cancel()
         if self._storage_call is not None and self._storage_call.active():
             self._storage_call.cancel()
@@ -227,7 +246,14 @@ class WorkerSession:
         """``lease`` is out as ``request`` (its ``meta`` names the lease)."""
         if request is not None:
             request.meta[LEASE] = lease.id
+            if lease.address:
+                request.meta[ADDRESS] = {"host": urlsplit(request.url).hostname, "address": lease.address}
         self._leases.lend(lease, request)
+
+    def _answered(self) -> None:
+        """Name lookups are in the frontier: the domains that waited on them are due."""
+        self._intake.due_now()
+        self._waker.wake_in(0.0)
 
     def lease_of(self, request: Any) -> Lease | None:
         """The open lease ``request`` covers, else None."""

@@ -6,21 +6,14 @@ import argparse
 import asyncio
 import json
 import signal
-import socket
 import ssl
 import sys
 import tempfile
 from pathlib import Path
 
-from devkit.testweb.config import WebConfig
-from devkit.testweb.server import Counters, RequestLog, serve
+from devkit.testweb.config import WebConfig, layout_addresses
+from devkit.testweb.server import Counters, RequestLog, listen, serve
 from devkit.testweb.site import Site
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -32,6 +25,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--pages", type=int)
     p.add_argument("--links", type=int)
     p.add_argument("--size-fixed", type=int)
+    p.add_argument("--addresses", type=int, help="spread the domains over this many addresses 127.1.0.1, ...")
+    p.add_argument("--address-skew", type=float, help="how unevenly (WebConfig.address_skew)")
     p.add_argument("--log", type=Path, help="also append the request log to this file")
     p.add_argument("--tls", action="store_true", help="serve HTTPS (a certificate made at start)")
     p.add_argument("--ca-file", type=Path, help="where to write the CA certificate (PEM) with --tls")
@@ -74,15 +69,19 @@ async def _main(args: argparse.Namespace) -> None:
     if text.startswith("@"):
         text = Path(text[1:]).read_text()
     data = json.loads(text) if text.strip() else {}
-    for key in ("domains", "pages", "links", "size_fixed"):
+    for key in ("domains", "pages", "links", "size_fixed", "addresses", "address_skew"):
         value = getattr(args, key)
         if value is not None:
             data[key] = value
     if args.tls:
         data["tls"] = True
     config = WebConfig.from_json(json.dumps(data))
-    port = args.port or _free_port(args.host)
-    plain_port = _free_port(args.host) if config.tls and config.also_plain else None
+    # the layout's addresses and --host, on one port (a wildcard --host covers them all)
+    hosts = [args.host]
+    if args.host not in ("", "0.0.0.0", "::"):
+        hosts += [address for address in layout_addresses(config) if address != args.host]
+    port, sockets = listen(hosts, args.port)
+    plain_port, plain_sockets = listen(hosts) if config.tls and config.also_plain else (None, [])
     site = Site(config, port, plain_port)
     log = RequestLog(args.log)
     counters = Counters()
@@ -91,10 +90,9 @@ async def _main(args: argparse.Namespace) -> None:
         ca_file = args.ca_file or Path(tempfile.mkdtemp(prefix="testweb-")) / "ca.pem"
         context = tls_context(config, ca_file)
         ready += f" ca={ca_file}"
-    server = await serve(site, log, args.host, port, context, counters)
-    servers = [server]
+    servers = [await serve(site, log, None, None, context, counters, sock=sock) for sock in sockets]
     if plain_port is not None:
-        servers.append(await serve(site, log, args.host, plain_port, None, counters))
+        servers += [await serve(site, log, None, None, None, counters, sock=sock) for sock in plain_sockets]
         ready += f" plain={plain_port}"
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -111,7 +109,8 @@ async def _main(args: argparse.Namespace) -> None:
     print(
         f"test web on {config.scheme}://{args.host}:{port}/ serving {config.domains} domains "
         f"({config.domain(0)} ... {config.domain(config.domains - 1)}) "
-        f"x {config.pages} pages",
+        f"x {config.pages} pages"
+        + (f", on {len(hosts) - 1} addresses {hosts[1]} ... {hosts[-1]} and {args.host}" if len(hosts) > 1 else ""),
         file=sys.stderr, flush=True,
     )
     await stop.wait()

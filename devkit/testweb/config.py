@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
+import random
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -77,6 +79,24 @@ class WebConfig:
     # every d<i>.test serves that /sitemap.xml without naming it in robots.txt
     # (what CRAWLER_SITEMAP_GUESS finds)
     sitemap_unnamed: bool = False
+    # shared hosting: the domains spread over this many loopback addresses,
+    # 127.1.0.1, 127.1.0.2, ... (never 127.0.0.1), all served on one port; the
+    # server listens on 127.0.0.1 too (control paths, clients without a host
+    # map). 0: every domain on 127.0.0.1 alone, as before. domain_addresses()
+    # gives each domain's address.
+    addresses: int = 0
+    # how unevenly: the exponent of a Zipf law of domains per address (the
+    # share of addresses holding at least k domains falls as k**-address_skew;
+    # the r-th largest address holds about r**(-1/address_skew) of the top
+    # one's count, each at least 1). Lower is more uneven: 1 is Zipf's own
+    # law; 0.8 with 3,000 domains on 200 addresses puts 849 on the largest
+    # and 1 or 2 on 94 of them. Which domains share an address is a shuffle
+    # drawn from `seed`.
+    address_skew: float = 0.8
+    # instead: domains per address, in domain order ([1000, 1, 1]: d0..d999 on
+    # 127.1.0.1, d1000 on 127.1.0.2, d1001 on 127.1.0.3); the sum must be
+    # `domains`, and `addresses` 0 or its length
+    address_counts: list[int] | None = None
 
     def __post_init__(self) -> None:
         errors = []
@@ -105,6 +125,19 @@ class WebConfig:
             errors.append("latency_ms, latency_sigma and bandwidth must be >= 0")
         if sum(self.faults.values()) > 1 or sum(self.robots_faults.values()) > 1:
             errors.append("fault shares add up to more than 1")
+        if self.address_counts is not None:
+            if self.addresses not in (0, len(self.address_counts)):
+                errors.append("addresses must be 0 or the length of address_counts")
+            if any(not isinstance(n, int) or n < 1 for n in self.address_counts):
+                errors.append("address_counts must be whole numbers >= 1")
+            elif sum(self.address_counts) != self.domains:
+                errors.append(f"address_counts add up to {sum(self.address_counts)}, not domains={self.domains}")
+            if not 1 <= len(self.address_counts) <= MAX_ADDRESSES:
+                errors.append(f"address_counts must have 1..{MAX_ADDRESSES} entries")
+        elif not 0 <= self.addresses <= min(self.domains, MAX_ADDRESSES):
+            errors.append(f"addresses must be within 0..min(domains, {MAX_ADDRESSES})")
+        if not self.address_skew > 0:
+            errors.append("address_skew must be > 0")
         if errors:
             raise ValueError("bad test web config: " + "; ".join(errors))
 
@@ -122,6 +155,11 @@ class WebConfig:
     def domain(self, index: int) -> str:
         return self.domain_template.format(index)
 
+    @property
+    def spread(self) -> bool:
+        """Whether the domains are spread over addresses of their own."""
+        return bool(self.addresses or self.address_counts)
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
@@ -133,3 +171,74 @@ class WebConfig:
         if unknown:
             raise ValueError(f"bad test web config: unknown keys {unknown}")
         return cls(**data)
+
+
+#: the loopback addresses of a layout: 127.1.0.1 onwards
+FIRST_ADDRESS = ipaddress.IPv4Address("127.1.0.1")
+MAX_ADDRESSES = 65_000
+#: where everything is without a layout, and the control paths always
+LOOPBACK = "127.0.0.1"
+
+
+def layout_address(index: int) -> str:
+    """The ``index``-th address of a layout (0: 127.1.0.1)."""
+    return str(FIRST_ADDRESS + index)
+
+
+def skewed_counts(domains: int, addresses: int, skew: float) -> list[int]:
+    """Domains per address, largest first, summing to ``domains``: the r-th
+    (from 1) holds ``max(1, c * r ** (-1 / skew))`` rounded, ``c`` chosen so
+    that they add up (largest remainders take the units rounding left)."""
+    if not 1 <= addresses <= domains or not skew > 0:
+        raise ValueError(f"need 1 <= addresses ({addresses}) <= domains ({domains}) and skew > 0")
+    power = 1 / skew
+    weights = [(r + 1) ** -power for r in range(addresses)]
+    low, high = 0.0, float(domains)  # sum(max(1, c * w)) is at most domains at low, at least at high
+    for _ in range(200):
+        middle = (low + high) / 2
+        if sum(max(1.0, middle * w) for w in weights) < domains:
+            low = middle
+        else:
+            high = middle
+    shares = [max(1.0, high * w) for w in weights]
+    counts = [int(share) for share in shares]
+    rest = domains - sum(counts)
+    for r in sorted(range(addresses), key=lambda r: (counts[r] - shares[r], r))[:rest]:
+        counts[r] += 1
+    return counts
+
+
+def layout_counts(config: WebConfig) -> list[int]:
+    """Domains on each address of the layout, in address order; [] without one."""
+    if config.address_counts is not None:
+        return list(config.address_counts)
+    if not config.addresses:
+        return []
+    return skewed_counts(config.domains, config.addresses, config.address_skew)
+
+
+def layout_addresses(config: WebConfig) -> list[str]:
+    """The addresses of the layout, in order (127.1.0.1, ...); [] without one."""
+    return [layout_address(i) for i in range(len(layout_counts(config)))]
+
+
+def domain_addresses(config: WebConfig) -> list[str]:
+    """The address of each domain (index: the domain's number): 127.0.0.1
+    for all without a layout; with ``address_counts`` the domains in order,
+    a block per address; with ``addresses`` the same after a shuffle of the
+    domains drawn from ``seed`` (which domains share an address is chance,
+    as on the web)."""
+    counts = layout_counts(config)
+    if not counts:
+        return [LOOPBACK] * config.domains
+    order = list(range(config.domains))
+    if config.address_counts is None:
+        random.Random(f"testweb-addresses-{config.seed}").shuffle(order)
+    result = [""] * config.domains
+    start = 0
+    for index, count in enumerate(counts):
+        address = layout_address(index)
+        for domain in order[start:start + count]:
+            result[domain] = address
+        start += count
+    return result

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
 import ssl
 import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import asdict
-from typing import Any, NamedTuple
+from itertools import pairwise
+from typing import Any, Literal, NamedTuple
 
 from devkit.process import stop as stop_process
-from devkit.testweb.config import WebConfig
+from devkit.testweb.config import LOOPBACK, WebConfig, domain_addresses
 
 
 class LogEntry(NamedTuple):
@@ -20,7 +23,8 @@ class LogEntry(NamedTuple):
     host: str
     target: str
     status: int
-    done: float = 0.0  # just before the last bytes of its answer were written
+    done: float = 0.0  # just before the last bytes of its answer were written (0: not yet)
+    address: str = ""  # the test web's address the request came to (its end of the connection)
 
     @property
     def domain(self) -> str:
@@ -31,17 +35,44 @@ class LogEntry(NamedTuple):
         return self.target.split("?", 1)[0]
 
 
-def consecutive(log: Iterable[LogEntry]) -> list[tuple[LogEntry, LogEntry]]:
-    """Each pair of requests to one domain that followed each other, by arrival:
-    what a politeness audit measures (``b.ms - a.ms``, or ``b.ms - a.done``)."""
-    by_domain: dict[str, list[LogEntry]] = {}
+def consecutive(log: Iterable[LogEntry], by: Literal["domain", "address"] = "domain",
+                ) -> list[tuple[LogEntry, LogEntry]]:
+    """Each pair of requests to one domain (``by="address"``: to one address
+    of the test web) that followed each other, by arrival: what a politeness
+    audit measures (``b.ms - a.ms``, or ``b.ms - a.done``)."""
+    if by not in ("domain", "address"):
+        raise ValueError(f"by must be 'domain' or 'address', got {by!r}")
+    groups: dict[str, list[LogEntry]] = {}
     for entry in log:
-        by_domain.setdefault(entry.domain, []).append(entry)
+        groups.setdefault(entry.domain if by == "domain" else entry.address, []).append(entry)
     pairs = []
-    for entries in by_domain.values():
+    for entries in groups.values():
         entries.sort(key=lambda e: e.ms)
-        pairs += zip(entries, entries[1:])
+        pairs += pairwise(entries)
     return pairs
+
+
+def max_in_flight(log: Iterable[LogEntry], by: Literal["address", "domain"] = "address") -> dict[str, int]:
+    """Per address (or domain), the most requests that were in flight at once:
+    each request counts from its arrival (``ms``) to the end of its answer
+    (``done``; one not answered yet when the log was read counts to the
+    end). One that arrived at the very time another's answer ended follows it."""
+    if by not in ("domain", "address"):
+        raise ValueError(f"by must be 'domain' or 'address', got {by!r}")
+    events: dict[str, list[tuple[float, int]]] = {}
+    for entry in log:
+        key = entry.address if by == "address" else entry.domain
+        end = entry.done if entry.done else float("inf")
+        events.setdefault(key, []).extend(((entry.ms, 1), (end, -1)))
+    result = {}
+    for key, changes in events.items():
+        changes.sort()  # at one time an end (-1) sorts before an arrival (+1)
+        now = most = 0
+        for _, change in changes:
+            now += change
+            most = max(most, now)
+        result[key] = most
+    return result
 
 
 class TestWebProcess:
@@ -62,6 +93,8 @@ class TestWebProcess:
         self.ca_file: str | None = None  # with tls: the CA certificate clients trust
         self.plain_port: int | None = None  # with tls and also_plain: the plain HTTP port
         self.proc: subprocess.Popen[str] | None = None
+        self._addresses: list[str] | None = None  # each domain's address, computed on first use
+        self._numbers: dict[str, int] | None = None  # each domain's number by name, likewise
 
     def start(self) -> TestWebProcess:
         cmd = [sys.executable, "-m", "devkit.testweb", "--port", "0",
@@ -116,9 +149,55 @@ class TestWebProcess:
     def _open(self, request: urllib.request.Request | str, timeout: float) -> Any:
         return self._opener.open(request, timeout=timeout)
 
-    def fetch(self, domain: int | str, path: str = "/", timeout: float = 10) -> tuple[int, dict[str, str], bytes]:
-        """GET a page straight from 127.0.0.1 with the right Host header."""
+    @property
+    def addresses(self) -> list[str]:
+        """The address of each domain, by number (WebConfig.addresses; all
+        127.0.0.1 without a layout)."""
+        if self._addresses is None:
+            self._addresses = domain_addresses(self.config)
+        return self._addresses
+
+    def address_of(self, domain: int | str) -> str:
+        """The address ``domain`` (a number, or a name: ``d3.test``,
+        ``www.d3.test``, with a port or not) is served on; 127.0.0.1 for the
+        names outside the layout (the sitemap sites, unknown names)."""
+        if not self.config.spread:
+            return LOOPBACK
+        if isinstance(domain, int):
+            return self.addresses[domain]
+        if self._numbers is None:
+            self._numbers = {self.config.domain(i).lower(): i for i in range(self.config.domains)}
+        name = domain.rsplit(":", 1)[0].lower().rstrip(".")
+        number = self._numbers.get(name, self._numbers.get(name.removeprefix("www.")))
+        return LOOPBACK if number is None else self.addresses[number]
+
+    def host_map(self, www: bool = True) -> dict[str, str]:
+        """``CRAWLER_HOST_MAP`` for a crawler of this test web: each domain's
+        name (and with ``www`` its ``www.`` name, which the site serves too)
+        to its address, exact names, then one pattern for every other name
+        under the domains' suffix (``*.test``) to 127.0.0.1, where the server
+        listens too (the sitemap sites, links to unknown names); exact names
+        win over patterns (crawler/resolver.py)."""
+        mapping: dict[str, str] = {}
+        for i, address in enumerate(self.addresses):
+            name = self.config.domain(i).lower()
+            mapping[name] = address
+            if www:
+                mapping["www." + name] = address
+        suffix = self.config.domain_template.rsplit("}", 1)[-1]
+        if suffix.startswith(".") and len(suffix) > 1:
+            mapping["*" + suffix.lower()] = LOOPBACK
+        return mapping
+
+    def fetch(self, domain: int | str, path: str = "/", timeout: float = 10, *,
+              address: str | None = None) -> tuple[int, dict[str, str], bytes]:
+        """GET a page with the right Host header from ``address``: by default
+        the domain's (127.0.0.1 without a layout); over HTTPS the domain's
+        name goes in the TLS handshake (SNI) and its certificate is checked."""
         name = self.config.domain(domain) if isinstance(domain, int) else domain
+        address = address or self.address_of(domain)
+        if address != LOOPBACK:
+            return self._fetch_at(address, name, path, timeout)
         request = urllib.request.Request(
             f"{self.base}{path}", headers={"Host": f"{name}:{self.port}"}
         )
@@ -128,20 +207,47 @@ class TestWebProcess:
         except urllib.error.HTTPError as err:
             return err.code, dict(err.headers), err.read()
 
+    def _fetch_at(self, address: str, name: str, path: str, timeout: float) -> tuple[int, dict[str, str], bytes]:
+        conn: http.client.HTTPConnection
+        if self.config.tls:
+            assert self.ca_file is not None
+            conn = _PinnedHTTPSConnection(address, self.port, name, ssl.create_default_context(cafile=self.ca_file),
+                                          timeout)
+        else:
+            conn = http.client.HTTPConnection(address, self.port, timeout=timeout)
+        try:
+            conn.request("GET", path, headers={"Host": f"{name}:{self.port}", "Connection": "close"})
+            resp = conn.getresponse()
+            return resp.status, dict(resp.headers), resp.read()
+        finally:
+            conn.close()
+
     def log(self, since: int = 0) -> list[LogEntry]:
         with self._open(f"{self.base}/__testweb__/log?since={since}", 30) as resp:
             text = resp.read().decode()
         entries = []
         for line in text.splitlines():
-            ms, host, target, status, done = line.split("\t")
-            entries.append(LogEntry(float(ms), host, target, int(status), float(done)))
+            ms, host, target, status, done, *address = line.split("\t")
+            entries.append(LogEntry(float(ms), host, target, int(status), float(done), *address))
         return entries
-
 
     def counters(self) -> dict[str, int]:
         """Connections, TLS handshakes, resumed handshakes and requests so far."""
         with self._open(f"{self.base}/__testweb__/stats", 30) as resp:
             return json.loads(resp.read())
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """HTTPS to ``address``, with ``name`` in the handshake (SNI) and checked
+    against the certificate: what a client whose resolver gave ``address`` does."""
+
+    def __init__(self, address: str, port: int, name: str, context: ssl.SSLContext, timeout: float) -> None:
+        super().__init__(address, port, timeout=timeout, context=context)
+        self.name = name
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((self.host, self.port), self.timeout)
+        self.sock = self._context.wrap_socket(self.sock, server_hostname=self.name)  # type: ignore[attr-defined]
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -1,9 +1,12 @@
 """The HTTP/1.1 server of the test web: asyncio protocol, keep-alive, a log.
 
 Every request except the control paths under ``/__testweb__/`` is recorded as
-``<epoch ms>\t<host>\t<target>\t<status>\t<done ms>`` (status 0: connection
-dropped), the first time being when the request's head was read, the last
-just before the last bytes of its answer were written. Both are read on the
+``<epoch ms>\t<host>\t<target>\t<status>\t<done ms>\t<address>`` (status 0:
+connection dropped), the first time being when the request's head was read,
+the next just before the last bytes of its answer were written; the address
+is the server's own end of the connection (the address the client connected
+to: with a layout of addresses, WebConfig.addresses, the one its resolver
+gave). Both are read on the
 monotonic clock, set to the epoch once when the log opens: the interval
 between two of them is time the site lived, whatever the system's wall clock
 does meanwhile (a step of it between two stamps would be measured as part
@@ -12,7 +15,8 @@ of the interval, by the politeness audits among others).
 ``GET /__testweb__/stats`` counts connections, TLS handshakes and the
 handshakes that resumed a session.
 
-With ``tls`` the port speaks HTTPS only; ``also_plain`` adds a second port
+With a layout the server listens on each of its addresses and on 127.0.0.1,
+all on one port (``listen``). With ``tls`` the port speaks HTTPS only; ``also_plain`` adds a second port
 with the same site over plain HTTP (one log, one set of counters). ``latency_ms`` delays each answer by
 a log-normal time to first byte; ``bandwidth`` paces each connection's writes.
 """
@@ -20,11 +24,14 @@ a log-normal time to first byte; ``bandwidth`` paces each connection's writes.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import math
 import random
+import socket
 import ssl
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from devkit.testweb.site import Reply, Site
@@ -41,11 +48,12 @@ _MAX_HEAD = 64 * 1024
 class RequestLog:
     """Every request: when its head was read, and when the last bytes of its
     answer were handed to the kernel (stamped just before: 0 until then;
-    the arrival time for a dropped connection); epoch ms on the monotonic
-    clock, written to the microsecond."""
+    the arrival time for a dropped connection; when the client hung up, for
+    an answer it did not wait for); epoch ms on the monotonic clock, written
+    to the microsecond."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self.entries: list[list] = []  # [arrived ms, host, target, status, done ms]
+        self.entries: list[list] = []  # [arrived ms, host, target, status, done ms, address]
         self._flushed = 0
         self._file = open(path, "a", buffering=1 << 16) if path else None
         self._epoch = _epoch_offset()
@@ -54,11 +62,12 @@ class RequestLog:
         """Epoch ms on the monotonic clock (see the module's docstring)."""
         return (self._epoch + time.monotonic()) * 1000
 
-    def add(self, host: str, target: str, status: int, arrived: float | None = None) -> list:
-        """A request read at ``arrived`` (``now()``; default: now)."""
+    def add(self, host: str, target: str, status: int, arrived: float | None = None, address: str = "") -> list:
+        """A request read at ``arrived`` (``now()``; default: now) on a
+        connection to ``address`` (the server's end)."""
         if arrived is None:
             arrived = self.now()
-        entry = [arrived, host, target, status, arrived if status == 0 else 0.0]
+        entry = [arrived, host, target, status, arrived if status == 0 else 0.0, address]
         self.entries.append(entry)
         return entry
 
@@ -66,7 +75,7 @@ class RequestLog:
         entry[4] = self.now()
 
     def text(self, since: int = 0) -> str:
-        return "".join(f"{e[0]:.3f}\t{e[1]}\t{e[2]}\t{e[3]}\t{e[4]:.3f}\n" for e in self.entries[since:])
+        return "".join(f"{e[0]:.3f}\t{e[1]}\t{e[2]}\t{e[3]}\t{e[4]:.3f}\t{e[5]}\n" for e in self.entries[since:])
 
     def flush(self) -> None:
         if self._file is not None and self._flushed < len(self.entries):
@@ -119,9 +128,13 @@ class HTTPProtocol(asyncio.Protocol):
         self.buffer = bytearray()
         self.waiting = False  # a delayed or paced answer is pending; later requests wait
         self.transport: asyncio.Transport | None = None
+        self.address = ""  # the server's end of the connection: where the client connected
+        self.current: list | None = None  # the log entry of the request being answered
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sockname = transport.get_extra_info("sockname")
+        self.address = str(sockname[0]) if sockname else ""
         self.counters.connections += 1
         tls = transport.get_extra_info("ssl_object")
         if tls is not None:  # asyncio completes the handshake first
@@ -130,6 +143,10 @@ class HTTPProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self.current is not None and not self.current[4]:
+            # the client hung up before the answer's end (a size cap, a timeout):
+            # for the site, that is when its answer ended
+            self.log.done(self.current)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
@@ -173,7 +190,7 @@ class HTTPProtocol(asyncio.Protocol):
                 self._reply(self._control(target), keep_alive, head_only)
                 continue
             reply = self.site.answer(host, target, self.secure)
-            reply.entry = self.log.add(host, target, reply.status, arrived)
+            reply.entry = self.current = self.log.add(host, target, reply.status, arrived, self.address)
             self.counters.requests += 1
             if reply.drop:
                 self.log.done(reply.entry)  # the drop is its answer: stamped before it, as answers are
@@ -263,11 +280,43 @@ def _bad_request() -> Reply:
     return Reply(400, [b"bad request\n"], content_type=b"text/plain")
 
 
-async def serve(site: Site, log: RequestLog, host: str, port: int,
-                tls: ssl.SSLContext | None = None, counters: Counters | None = None) -> asyncio.Server:
+async def serve(site: Site, log: RequestLog, host: str | None, port: int | None,
+                tls: ssl.SSLContext | None = None, counters: Counters | None = None,
+                sock: socket.socket | None = None) -> asyncio.Server:
+    """Serve ``site`` on ``host``:``port``, or on ``sock`` (one of ``listen``'s)."""
     loop = asyncio.get_running_loop()
     counters = counters or Counters()
     rng = random.Random(site.config.seed)
     secure = tls is not None
-    return await loop.create_server(lambda: HTTPProtocol(site, log, counters, rng, secure), host, port,
-                                    backlog=4096, ssl=tls)
+
+    def protocol() -> HTTPProtocol:
+        return HTTPProtocol(site, log, counters, rng, secure)
+
+    if sock is not None:
+        return await loop.create_server(protocol, sock=sock, backlog=4096, ssl=tls)
+    return await loop.create_server(protocol, host, port, backlog=4096, ssl=tls)
+
+
+def listen(addresses: Sequence[str], port: int = 0, tries: int = 50) -> tuple[int, list[socket.socket]]:
+    """Listening sockets on every one of ``addresses``, all on one port:
+    ``port``, or (0) the one the system picks for the first address, tried on
+    the others in turn, and another one after a clash (``tries`` times)."""
+    for _ in range(tries):
+        sockets: list[socket.socket] = []
+        chosen = port
+        try:
+            for address in addresses:
+                sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((address, chosen))
+                sock.listen(4096)
+                sock.setblocking(False)
+                chosen = sock.getsockname()[1]
+            return chosen, sockets
+        except OSError as exc:
+            for sock in sockets:
+                sock.close()
+            if port or exc.errno != errno.EADDRINUSE:
+                raise
+    raise OSError(errno.EADDRINUSE, f"no port free on all of {len(addresses)} addresses in {tries} tries")

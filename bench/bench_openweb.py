@@ -87,6 +87,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from crawler.settings_registry import BY_NAME  # noqa: E402
 from devkit.testweb.config import LOOPBACK, WebConfig, layout_addresses, layout_counts  # noqa: E402
 from devkit.testweb.control import LogEntry, TestWebProcess, consecutive, max_in_flight  # noqa: E402
 from tests.servers import RedisServer, cpu_seconds  # noqa: E402
@@ -218,7 +219,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     # a domain's turn as the site sees it: between two of its requests, both in the window
     turns = [(b.ms - a.ms) / 1000 for a, b in pairs if t0 * 1000 <= a.ms and b.ms < t1 * 1000]
     answer_s = sum(answers) / len(answers) if answers else 0.0
-    per_address = address_audit(log, web.config, args, answer_s) if web.config.spread else None
+    per_address = address_audit(log, web.config, args, answer_s, (t0, t1)) if web.config.spread else None
     return {
         "per_address": per_address,
         "pages_total": len({(e.domain, e.target) for e in pages}),
@@ -239,8 +240,10 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     }
 
 
-#: the crawler's defaults for a shared front end (CRAWLER_IP_SHARED_DELAY, CRAWLER_IP_SHARED_CONCURRENCY)
-SHARED_DELAY, SHARED_CONCURRENCY = 0.25, 4
+#: the crawler's defaults for a shared front end, passed to ours explicitly (devkit.settings
+#: declares the test web's 127.0.0.1 one, with no pace of its own)
+SHARED_DELAY = BY_NAME["CRAWLER_IP_SHARED_DELAY"].default
+SHARED_CONCURRENCY = BY_NAME["CRAWLER_IP_SHARED_CONCURRENCY"].default
 
 
 def cdn_layout(args: argparse.Namespace) -> list[int] | None:
@@ -256,31 +259,43 @@ def cdn_layout(args: argparse.Namespace) -> list[int] | None:
 
 
 def address_audit(log: list[LogEntry], config: WebConfig, args: argparse.Namespace,
-                  answer_s: float) -> dict[str, object]:
+                  answer_s: float, window: tuple[float, float]) -> dict[str, object]:
     """Politeness per address as the test web saw it (over the whole run, as
     the per-domain audit), and the per-address bound of the window's pages/s."""
     ip_delay = args.ip_delay or 0.0
     limit = ip_delay * 1000
     gaps: list[tuple[float, LogEntry, LogEntry]] = []
     unfinished = 0  # arrived while the previous request to the address was never answered
-    for a, b in consecutive(log, by="address"):
+    cut: list[float] = []  # after an answer its client hung up on (a size cap): from the hang-up
+    layout = dict(zip(layout_addresses(config), layout_counts(config)))
+    shared_min = args.shared_min if args.shared_min is not None else BY_NAME["CRAWLER_IP_SHARED_MIN_DOMAINS"].default
+    # shared front ends have their own pace: audited apart (starts apart, in flight at once)
+    shared = {a for a, k in layout.items() if ip_delay and shared_min and k > shared_min}
+    starts = [b.ms - a.ms for a, b in consecutive(log, by="address") if a.address in shared]
+    for a, b in consecutive([e for e in log if e.address not in shared], by="address"):
         if a.done:
             gaps.append((b.ms - a.done, a, b))
+        elif a.hung:
+            cut.append(b.ms - a.hung)
         else:
             unfinished += 1
     under = [g for g in gaps if g[0] < limit]
-    flight = max_in_flight(log)
-    layout = dict(zip(layout_addresses(config), layout_counts(config)))
+    every = max_in_flight(log)
+    flight = {a: n for a, n in every.items() if a not in shared}
     t = answer_s
     caps = {a: (k / (args.delay + t), 1 / (ip_delay + t) if ip_delay + t else float("inf"))
             for a, k in layout.items()}
-    shared_min = args.shared_min if args.shared_min is not None else 2000
     for a, k in layout.items():
         if ip_delay and shared_min and k > shared_min:  # a shared front end: its own pace (the crawler's defaults)
             caps[a] = (k / (args.delay + t), min(1 / SHARED_DELAY, SHARED_CONCURRENCY / t if t else float("inf")))
     bound = sum(min(by_domain, by_ip) for by_domain, by_ip in caps.values())
     return {
-        "intervals": len(gaps) + unfinished, "under": len(under) + unfinished, "unfinished": unfinished,
+        "intervals": len(gaps) + len(cut) + unfinished, "under": len(under) + unfinished, "unfinished": unfinished,
+        "cut": len(cut), "cut_under": sum(g < limit for g in cut),
+        "shared": {a: (every.get(a, 0), min(starts) / 1000 if starts else None) for a in shared},
+        # the address with the most domains: its requests a second in the window
+        "top_rate": sum(1 for e in log if e.address == max(layout, key=layout.__getitem__)
+                        and window[0] * 1000 <= e.ms < window[1] * 1000) / (window[1] - window[0]),
         "worst": min(gaps, key=lambda g: g[0]) if gaps else None,
         "in_flight": flight, "outside": sum(1 for e in log if e.address not in layout),
         "addresses": len(layout), "seen": len(flight), "bound": bound,
@@ -305,8 +320,15 @@ def address_lines(r: dict[str, object], args: argparse.Namespace) -> list[str]:
         f"  per address ({a['addresses']} in the layout, {a['seen']} seen; whole run): {a['intervals']:,} "
         f"intervals from the end of an answer to the next arrival at that address, {a['under']:,} under the "
         f"{ip_delay:g} s ip delay{given}"
-        + (f" ({a['unfinished']} after an answer never finished)" if a["unfinished"] else "") + worst,
-        (f"  in flight at once at one address: at most {most[1]} (at {most[0]}), "
+        + (f" ({a['unfinished']} after an answer never finished)" if a["unfinished"] else "") + worst
+        + (f"; {a['cut']:,} after an answer the crawler hung up on (its size cap), from the hang-up: "
+           f"{a['cut_under']:,} under" if a["cut"] else ""),
+        *(f"  shared front end {addr} (over {args.shared_min} domains): at most {n} in flight at once (its cap "
+          f"{SHARED_CONCURRENCY}), starts at least {gap if gap is not None else float('nan'):.3f} s apart "
+          f"({SHARED_DELAY:g} s once it was recognised; 1 request at a time, 1 s after the answer, before)"
+          for addr, (n, gap) in a["shared"].items()),
+        (f"  the address with the most domains ({a['top']}): {a['top_rate']:.2f} requests/s in the window; "
+         f"in flight at once at one address: at most {most[1]} (at {most[0]}), "
          f"{sum(n > 1 for n in flight.values())} addresses ever had more than one; {a['outside']:,} requests "
          f"arrived outside the layout (on {LOOPBACK} or another address)"),
     ]
@@ -396,6 +418,9 @@ def crawls(args: argparse.Namespace, web: TestWebProcess, redis: RedisServer, tm
         ours_only += ["-s", f"CRAWLER_IP_DELAY={args.ip_delay}"]
     if args.shared_min is not None:
         ours_only += ["-s", f"CRAWLER_IP_SHARED_MIN_DOMAINS={args.shared_min}"]
+    if web.config.spread:
+        ours_only += ["-s", f"CRAWLER_IP_SHARED_DELAY={SHARED_DELAY}",
+                      "-s", f"CRAWLER_IP_SHARED_CONCURRENCY={SHARED_CONCURRENCY}"]
     runs = {
         "ours (billion, defaults)": (
             [sys.executable, "-m", "scrapy", "crawl", "billion", "-a", f"seeds={seeds}", *common,

@@ -341,3 +341,20 @@ def test_in_flight_counts_touching_and_unanswered_requests() -> None:
     assert max_in_flight([entry(0, 50), entry(10, 20), entry(15, 30), entry(40, 60)]) == {"a": 3}
     with pytest.raises(ValueError, match="by must be"):
         consecutive([], by="host")  # type: ignore[arg-type]
+
+
+def test_a_client_that_hangs_up_ends_its_request_in_flight_not_its_answer() -> None:
+    import socket
+
+    from devkit.testweb.control import TestWebProcess, max_in_flight
+
+    with TestWebProcess(dict(domains=1, pages=2, size_fixed=2_000_000, bandwidth=100_000, addresses=1)) as web:
+        address = web.address_of(0)
+        with socket.create_connection((address, web.port)) as s:
+            s.sendall(f"GET /p/1.html HTTP/1.1\r\nHost: {web.domains[0]}:{web.port}\r\n\r\n".encode())
+            s.recv(1000)  # the answer has begun; hang up long before its 20 s end
+        entry = wait_until(lambda: [e for e in web.log() if e.path == "/p/1.html" and e.hung], 10, "the hang-up")[0]
+        assert entry.done == 0 and entry.hung > entry.ms  # not an answer's end: audits leave it out
+        status, _, _ = web.fetch(0, "/")  # the next request: never two in flight at once
+        assert status == 200
+        assert max_in_flight(web.log()) == {address: 1}

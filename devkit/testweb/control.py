@@ -25,6 +25,7 @@ class LogEntry(NamedTuple):
     status: int
     done: float = 0.0  # just before the last bytes of its answer were written (0: not yet)
     address: str = ""  # the test web's address the request came to (its end of the connection)
+    hung: float = 0.0  # when the client hung up before the end of the answer (0: it did not)
 
     @property
     def domain(self) -> str:
@@ -55,14 +56,14 @@ def consecutive(log: Iterable[LogEntry], by: Literal["domain", "address"] = "dom
 def max_in_flight(log: Iterable[LogEntry], by: Literal["address", "domain"] = "address") -> dict[str, int]:
     """Per address (or domain), the most requests that were in flight at once:
     each request counts from its arrival (``ms``) to the end of its answer
-    (``done``; one not answered yet when the log was read counts to the
-    end). One that arrived at the very time another's answer ended follows it."""
+    (``done``), or to when its client hung up (``hung``); one neither
+    answered nor left when the log was read counts to the end. One that arrived at the very time another's answer ended follows it."""
     if by not in ("domain", "address"):
         raise ValueError(f"by must be 'domain' or 'address', got {by!r}")
     events: dict[str, list[tuple[float, int]]] = {}
     for entry in log:
         key = entry.address if by == "address" else entry.domain
-        end = entry.done if entry.done else float("inf")
+        end = entry.done or entry.hung or float("inf")
         events.setdefault(key, []).extend(((entry.ms, 1), (end, -1)))
     result = {}
     for key, changes in events.items():
@@ -227,8 +228,9 @@ class TestWebProcess:
             text = resp.read().decode()
         entries = []
         for line in text.splitlines():
-            ms, host, target, status, done, *address = line.split("\t")
-            entries.append(LogEntry(float(ms), host, target, int(status), float(done), *address))
+            ms, host, target, status, done, *rest = line.split("\t")
+            address, hung = (rest + ["", "0"])[:2]
+            entries.append(LogEntry(float(ms), host, target, int(status), float(done), address, float(hung)))
         return entries
 
     def counters(self) -> dict[str, int]:

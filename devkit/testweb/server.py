@@ -48,9 +48,9 @@ _MAX_HEAD = 64 * 1024
 class RequestLog:
     """Every request: when its head was read, and when the last bytes of its
     answer were handed to the kernel (stamped just before: 0 until then;
-    the arrival time for a dropped connection; when the client hung up, for
-    an answer it did not wait for); epoch ms on the monotonic clock, written
-    to the microsecond."""
+    the arrival time for a dropped connection), and when the client hung up
+    before the end of its answer (a size cap, a timeout; 0 if it did not);
+    epoch ms on the monotonic clock, written to the microsecond."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.entries: list[list] = []  # [arrived ms, host, target, status, done ms, address]
@@ -67,15 +67,18 @@ class RequestLog:
         connection to ``address`` (the server's end)."""
         if arrived is None:
             arrived = self.now()
-        entry = [arrived, host, target, status, arrived if status == 0 else 0.0, address]
+        entry = [arrived, host, target, status, arrived if status == 0 else 0.0, address, 0.0]
         self.entries.append(entry)
         return entry
 
     def done(self, entry: list) -> None:
         entry[4] = self.now()
 
+    def hung_up(self, entry: list) -> None:
+        entry[6] = self.now()
+
     def text(self, since: int = 0) -> str:
-        return "".join(f"{e[0]:.3f}\t{e[1]}\t{e[2]}\t{e[3]}\t{e[4]:.3f}\t{e[5]}\n" for e in self.entries[since:])
+        return "".join(f"{e[0]:.3f}\t{e[1]}\t{e[2]}\t{e[3]}\t{e[4]:.3f}\t{e[5]}\t{e[6]:.3f}\n" for e in self.entries[since:])
 
     def flush(self) -> None:
         if self._file is not None and self._flushed < len(self.entries):
@@ -145,8 +148,8 @@ class HTTPProtocol(asyncio.Protocol):
         self.transport = None
         if self.current is not None and not self.current[4]:
             # the client hung up before the answer's end (a size cap, a timeout):
-            # for the site, that is when its answer ended
-            self.log.done(self.current)
+            # its answer never ended, but nothing was in flight after this
+            self.log.hung_up(self.current)
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data

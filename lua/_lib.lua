@@ -36,14 +36,24 @@ local function push(base, domain, prio, entry, front, now)
   redis.call('HINCRBY', base .. ':stats', 'queued', 1)
 end
 
--- The frontier's politeness defaults (base:meta), read once per script call.
+-- The frontier's politeness defaults (base:meta), read once per script call:
+-- per domain, and per address (ms): ip_delay (0: off), ip_shared_delay,
+-- ip_shared_cap, ip_shared_min, dns_ttl, dns_nx (lookups of a missing name
+-- before it is given up), dns_claim (how long a lookup may take before
+-- another worker tries).
 local defaults_cache = nil
 local function defaults(base)
   if defaults_cache == nil then
-    local v = redis.call('HMGET', base .. ':meta', 'rate', 'burst', 'delay', 'delay_factor', 'delay_max')
+    local v = redis.call('HMGET', base .. ':meta', 'rate', 'burst', 'delay', 'delay_factor', 'delay_max',
+                         'ip_delay', 'ip_shared_delay', 'ip_shared_cap', 'ip_shared_min', 'dns_ttl', 'dns_nx',
+                         'dns_claim')
     defaults_cache = {rate = tonumber(v[1] or '') or 0, burst = tonumber(v[2] or '') or 1,
                       delay = tonumber(v[3] or '') or 0, factor = tonumber(v[4] or '') or 0,
-                      max = tonumber(v[5] or '') or 0}
+                      max = tonumber(v[5] or '') or 0,
+                      ip_delay = tonumber(v[6] or '') or 0, shared_delay = tonumber(v[7] or '') or 250,
+                      shared_cap = tonumber(v[8] or '') or 4, shared_min = tonumber(v[9] or '') or 0,
+                      ttl = tonumber(v[10] or '') or 300000, nx = tonumber(v[11] or '') or 3,
+                      claim = tonumber(v[12] or '') or 65000}
   end
   return defaults_cache
 end
@@ -91,26 +101,11 @@ local function unpark(base, domain, id, mark, dur)
   if (tonumber(st[3] or '0') or 0) > 0 then redis.call('ZADD', base .. ':ready', nxt, domain) end
 end
 
--- Per-address politeness (CRAWLER_IP_DELAY; the keys: crawler/store/keys.py).
--- IPB, the address space: KEYS[2] when the caller gives it (on a standalone
--- Redis one per spider, shared by all its shards), else the frontier's base
--- (Redis Cluster: one per shard). Its settings are the frontier's :meta
--- (ms): ip_delay (0: off), ip_shared_delay, ip_shared_cap, ip_shared_min,
--- dns_ttl, dns_nx (lookups of a missing name before it is given up),
--- dns_claim (how long a lookup may take before another worker tries).
+-- Per-address politeness (CRAWLER_IP_DELAY; the keys: crawler/store/keys.py;
+-- its settings: defaults() above). IPB, the address space: KEYS[2] when the
+-- caller gives it (on a standalone Redis one per spider, shared by all its
+-- shards), else the frontier's base (Redis Cluster: one per shard).
 local IPB = KEYS[2] or KEYS[1]
-local ipconf_cache = nil
-local function ipconf(base)
-  if ipconf_cache == nil then
-    local v = redis.call('HMGET', base .. ':meta', 'ip_delay', 'ip_shared_delay', 'ip_shared_cap',
-                         'ip_shared_min', 'dns_ttl', 'dns_nx', 'dns_claim')
-    ipconf_cache = {delay = tonumber(v[1] or '') or 0, shared_delay = tonumber(v[2] or '') or 250,
-                    shared_cap = tonumber(v[3] or '') or 4, shared_min = tonumber(v[4] or '') or 0,
-                    ttl = tonumber(v[5] or '') or 300000, nx = tonumber(v[6] or '') or 3,
-                    claim = tonumber(v[7] or '') or 65000}
-  end
-  return ipconf_cache
-end
 
 -- A domain of frontier <sbase> (this one, or another shard's in the same
 -- address space) goes back into its ready set, if it has requests and is not parked.
@@ -135,9 +130,18 @@ local function ip_release(base, id, mark)
   local v = redis.call('HMGET', k, 'out', 'next', 'shared')
   local out = math.max(0, (tonumber(v[1] or '0') or 0) - 1)
   local nxt = tonumber(v[2] or '0') or 0
-  if v[3] ~= '1' then nxt = math.max(nxt, mark + ipconf(base).delay) end
+  if v[3] ~= '1' then nxt = math.max(nxt, mark + defaults(base).ip_delay) end
   redis.call('HSET', k, 'out', out, 'next', nxt)
   if redis.call('EXISTS', IPB .. ':ipwait:' .. a) == 1 then redis.call('ZADD', IPB .. ':ipdue', nxt, a) end
+end
+
+-- The lookup of <host> is over (answered, or its claim ran out): the domains
+-- that waited on it are ready again.
+local function name_done(base, host, now)
+  local w = base .. ':dnswait:' .. host
+  for _, d in ipairs(redis.call('SMEMBERS', w)) do ready_again(base, d, now) end
+  redis.call('DEL', w)
+  redis.call('ZREM', base .. ':dnsq', host)
 end
 
 local function push_record(base, rec, front, now)
@@ -177,12 +181,10 @@ local function ack_all(base, ids, now)
       redis.call('HDEL', base .. ':lease', id)
       acked = acked + 1
       if fin then ends[fin] = (ends[fin] or 0) + 1 end
-      if rec then
-        if now == nil then now = now_ms() end
-        unpark(base, split_record(rec), id, now + 1 - (age or 0), dur)
-      end
       if now == nil then now = now_ms() end
-      ip_release(base, id, now + 1 - (age or 0))
+      local mark = now + 1 - (age or 0)
+      if rec then unpark(base, split_record(rec), id, mark, dur) end
+      ip_release(base, id, mark)
     end
   end
   local stats = base .. ':stats'

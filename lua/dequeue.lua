@@ -125,8 +125,8 @@ end
 local resolve = {}
 local out = {now, -1, '', 0, 0, resolve}
 local taken, attempts, denials = 0, 0, 0
-local ipc = ipconf(base)
-local gated = ipc.delay > 0
+local ipc = defaults(base)
+local gated = ipc.ip_delay > 0
 local OFFER_MS = 1000  -- an address offered to a waiter that did not take it is offered again after this
 
 -- per address: hand each address that is free and due to its first waiter
@@ -166,12 +166,7 @@ if gated then
   end
   -- lookups claimed and never answered (their worker died): their domains come back, to claim them again
   local stale = redis.call('ZRANGEBYSCORE', base .. ':dnsq', '-inf', now, 'LIMIT', 0, 100)
-  for _, host in ipairs(stale) do
-    local w = base .. ':dnswait:' .. host
-    for _, d in ipairs(redis.call('SMEMBERS', w)) do ready_again(base, d, now) end
-    redis.call('DEL', w)
-    redis.call('ZREM', base .. ':dnsq', host)
-  end
+  for _, host in ipairs(stale) do name_done(base, host, now) end
 end
 
 -- the host of a queued request: "U<depth> <url>", or "R" + msgpack of

@@ -18,7 +18,7 @@
 -- Returns {address, reason, domains, ...}: the addresses this call made shared front ends
 local base = KEYS[1]
 local now = now_ms()
-local c = ipconf(base)
+local c = defaults(base)
 local count = tonumber(ARGV[1])
 local flips = {}
 local ipstats = IPB .. ':stats'
@@ -104,9 +104,6 @@ for i = 0, count - 1 do
     end
   end
   redis.call('HDEL', dk, 'cl')
-  redis.call('ZREM', base .. ':dnsq', host)
-  local w = base .. ':dnswait:' .. host
-  for _, d in ipairs(redis.call('SMEMBERS', w)) do ready_again(base, d, now) end
-  redis.call('DEL', w)
+  name_done(base, host, now)
 end
 return flips

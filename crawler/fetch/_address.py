@@ -205,7 +205,7 @@ class Addresses:
         elif self.cache_size:
             self.cache.move_to_end(host)
         if not entry.permitted:
-            self._refuse(host, entry.refused[0])
+            raise self._refused(host, entry.refused[0])
         return list(entry.permitted)
 
     async def _entry(self, host: str) -> _Entry:
@@ -213,7 +213,7 @@ class Addresses:
         addresses = await self._lookup(host)
         if not self.block:
             return _Entry(expires, addresses, ())
-        permitted = tuple(a for a in addresses if is_public(a) or self.allowed(host, a))
+        permitted = tuple(a for a in addresses if self._permitted(host, a))
         refused = tuple(a for a in addresses if a not in permitted)
         if refused and permitted:
             self.stats.inc_value("crawler/dns/dropped", len(refused))
@@ -225,7 +225,7 @@ class Addresses:
         address it may go to (at most ``CRAWLER_DNS_MAX_ADDRESSES``), or why
         none. Never raises for the name's sake."""
         try:
-            found = await self._lookup(host)
+            entry = await self._entry(host)
         except BadHost:
             return Answer("nx")  # no lookup could ever find it
         except CannotResolveHostError as e:
@@ -233,27 +233,25 @@ class Addresses:
             if isinstance(cause, socket.gaierror) and cause.errno in _NXDOMAIN or "no IP address" in str(e):
                 return Answer("nx")
             return Answer("retry")
-        permitted = [a for a in found if not self.block or is_public(a) or self.allowed(host, a)]
-        if not permitted:
-            try:
-                self._refuse(host, found[0])
-            except PrivateAddressRefused:
-                pass
+        if not entry.permitted:
+            # logged here; each of its requests is counted as the handler refuses it
+            self._refused(host, entry.refused[0], request=False)
             return Answer("refused")
-        if len(permitted) < len(found):
-            self.stats.inc_value("crawler/dns/dropped", len(found) - len(permitted))
-        kept = tuple(str(a) for a in permitted[:self.max_addresses])
-        return Answer("ok", kept, tuple(a for a in kept
-                                        if any(ipaddress.ip_address(a) in n for n in self.shared_ranges)))
+        kept = entry.permitted[:self.max_addresses]
+        return Answer("ok", tuple(map(str, kept)),
+                      tuple(str(a) for a in kept if any(a in n for n in self.shared_ranges)))
 
     def permit(self, host: str, address: str) -> Address:
         """The address the frontier charged a request of ``host`` to, checked
         again here (a record written by a worker with other settings is no
         reason to go somewhere this one refuses)."""
         found = ipaddress.ip_address(address)
-        if self.block and not (is_public(found) or self.allowed(host, found)):
-            self._refuse(host, found)
+        if not self._permitted(host, found):
+            raise self._refused(host, found)
         return found
+
+    def _permitted(self, host: str, address: Address) -> bool:
+        return not self.block or is_public(address) or self.allowed(host, address)
 
     def known_here(self, host: str) -> bool:
         """Whether ``host``'s addresses come from the URL (an IP address) or
@@ -293,8 +291,11 @@ class Addresses:
             raise CannotResolveHostError(f"DNS lookup failed for {host}: no IP address")
         return tuple(addresses)
 
-    def _refuse(self, host: str, address: Address) -> None:
-        self.stats.inc_value("crawler/refused/private_address")
+    def _refused(self, host: str, address: Address, *, request: bool = True) -> PrivateAddressRefused:
+        """Log the refusal once per host, count it when a ``request`` is
+        refused; the exception to raise."""
+        if request:
+            self.stats.inc_value("crawler/refused/private_address")
         if host in self.refused_hosts:
             self.refused_hosts.move_to_end(host)
         else:
@@ -304,7 +305,7 @@ class Addresses:
             self.stats.set_value("crawler/dns/refused_hosts", len(self.refused_hosts))
             logger.warning("Refused %s: it leads to %s, a non-global address "
                            "(allow it with CRAWLER_ALLOW_PRIVATE)", host, address)
-        raise PrivateAddressRefused(f"{host} leads to the non-global address {address}")
+        return PrivateAddressRefused(f"{host} leads to the non-global address {address}")
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)

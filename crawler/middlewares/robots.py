@@ -139,12 +139,12 @@ class SharedRobotsMiddleware:
         try:
             verdict = await self.verdict(origin)
         except REDIS_ERRORS:
-            self.pins.pop(origin, None)
             # Redis away: ask again later; the scheduler keeps the request
             # until Redis can store it in the delayed set
             self.stats.inc_value("crawler/robots/redis_unavailable")
             return self._hand_back(request, _REDIS_WAIT)
-        self.pins.pop(origin, None)
+        finally:
+            self.pins.pop(origin, None)  # used by the fetch, if there was one
         fetched = self.fetched.pop(origin, None)
         if fetched is not None and fetched[1] >= asked:
             # robots.txt (or a hop of it) was this request's turn at the domain

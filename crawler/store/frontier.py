@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from typing import Protocol
 
@@ -170,8 +171,6 @@ __all__ = ["DEDUP_MODES", "AddResult", "AddressPoliteness", "Dedup", "Frontier",
 
 
 def _is_cluster(client: Any) -> bool:
-    from redis.cluster import RedisCluster
-
     return isinstance(client, RedisCluster)
 
 
@@ -435,7 +434,7 @@ class Frontier:
             "shared": {a.decode(): json.loads(why) for a, why in shared.items()},
             "busiest": [{"address": a.decode(), "domains": int(domains), "in_flight": int(found[2 * i][0] or 0),
                          "served": int(found[2 * i][1] or 0), "waiting": found[2 * i + 1],
-                         "shared": a.decode().encode() in shared}
+                         "shared": a in shared}
                         for i, (a, domains) in enumerate(busiest)],
             "domains_per_address": {name: n for (name, _, _), n in zip(buckets, spread)},
         }

@@ -86,7 +86,7 @@ class Names:
             because = ("it lies in CRAWLER_IP_SHARED" if why == "range" else
                        f"it serves {domains} registered domains, over CRAWLER_IP_SHARED_MIN_DOMAINS")
             logger.info("Address %s is a shared front end (%s): CRAWLER_IP_SHARED_DELAY and "
-                           "CRAWLER_IP_SHARED_CONCURRENCY apply to it from now", address, because)
+                        "CRAWLER_IP_SHARED_CONCURRENCY apply to it from now", address, because)
         self.answered()
 
     def close(self) -> None:

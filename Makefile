@@ -35,6 +35,7 @@ lower-bounds:
 
 bench:
 	@sh scripts/bootstrap dev
+	@.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-bench.txt
 	.venv/bin/python -m bench
 
 redis-stop:

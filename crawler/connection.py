@@ -19,16 +19,18 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.cluster import RedisCluster
-from redis.exceptions import RedisClusterException
+from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError, TryAgainError
 from redis.retry import Retry
 from scrapy.settings import BaseSettings
 
 from crawler.settings_registry import setting
 
-#: the Redis errors of an outage (Redis away, not answering, loading): the
-#: worker pauses and retries; any other Redis error is a fault, raised or
+#: the Redis errors of an outage (Redis away, not answering, loading; a
+#: Redis Cluster failing over: down, a slot without a master, a slot moving):
+#: the worker pauses and retries; any other Redis error is a fault, raised or
 #: logged with what it cost, never dropped
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError)
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError,
+                ClusterDownError, TryAgainError, SlotNotCoveredError)
 
 __all__ = ["RedisUnavailable", "configured_url", "get_redis", "mask_url", "persistence_warning", "redis_url",
            "scrapy_redis_parts"]

@@ -10,10 +10,17 @@ there is room, so memory stays flat.
 
 A killed process leaves at most one truncated record at the end of a file;
 ``close`` (spider closed, SIGTERM, or interpreter exit) writes everything
-queued first. A write that fails (no space, read-only, I/O error) stops the
-writer: the file is cut back to its last whole record, pages still queued are
-dropped, and :attr:`WarcWriter.written` tells which pages are in the files
-(each :meth:`~WarcWriter.put` returns the page's number, from 1).
+queued first. A write that finds the disk full (``ENOSPC``, ``EDQUOT``) cuts
+the file back to its last whole record and waits for space: the page is
+written again every ``retry_seconds`` (by the thread; without one, by
+:meth:`WarcWriter.retry`, pages put meanwhile kept in order behind it), and
+``on_space`` is told when the disk fills (the error) and when the page went
+in (None); :meth:`WarcWriter.abandon` gives up the pages waiting (the crawl
+closes while the disk is full). Any other failure (read-only, I/O error, a
+file too large) stops the writer: the file is cut back to its last whole
+record, pages still queued are dropped. :attr:`WarcWriter.written` tells
+which pages are in the files (each :meth:`~WarcWriter.put` returns the
+page's number, from 1; pages are written in that order).
 
 A page's response record holds the HTTP response as received when the page
 has it (``raw_head``, ``raw_body``: status line, headers and body bytes as
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import errno
 import hashlib
 import logging
 import os
@@ -64,6 +72,13 @@ _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, 
 _STORED_MAX = 65_535  # bytes in one stored deflate block
 _IOV_MAX = 1024  # pieces one writev takes (Linux's IOV_MAX)
 Headers = Sequence[tuple[bytes, bytes]]
+#: a write that fails so waits for space instead of stopping the writer
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def no_space(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE
 
 
 @dataclass
@@ -270,7 +285,8 @@ class WarcWriter:
 
     def __init__(self, name_file: Callable[[int], Path], *, level: int = 1,
                  max_bytes: int = 1_000_000_000, max_queued: int = 256,
-                 on_file: Callable[[Path], None] | None = None, clock: Clock = SYSTEM) -> None:
+                 on_file: Callable[[Path], None] | None = None, clock: Clock = SYSTEM,
+                 on_space: Callable[[OSError | None], None] | None = None, retry_seconds: float = 1.0) -> None:
         if not 0 <= level <= 3:
             raise ValueError(f"WARC compression level must be 0..3 (ISA-L), got {level}")
         self.name_file = name_file
@@ -288,6 +304,12 @@ class WarcWriter:
         self.blocked = 0.0  # seconds put() waited for room, on the clock
         self.waiting = 0  # put() calls waiting for room now
         self.error: BaseException | None = None
+        self.on_space = on_space  # told the disk filled (the error), and that space returned (None)
+        self.retry_seconds = retry_seconds  # between two tries of a page the full disk refused
+        self.no_space: OSError | None = None  # the disk is full: a page waits for space
+        self.abandoned = False  # the pages waiting for space were given up (abandon())
+        self._abandon = threading.Event()
+        self._pending: list[Page] = []  # without a thread: pages waiting for space, in order
         self._closed = False
         self._thread: threading.Thread | None = None  # None: written by put() itself
         if max_queued:
@@ -304,9 +326,17 @@ class WarcWriter:
             raise WarcFailed(self.path, self.error)
         self.queued += 1
         if self._thread is None:
+            if self._pending or self.abandoned:  # behind pages waiting for space: in order
+                if not self.abandoned:
+                    self._pending.append(page)
+                return self.queued
             try:
                 self._write(page)
             except Exception as exc:
+                if no_space(exc):
+                    self._pending.append(page)
+                    self._space(exc)  # type: ignore[arg-type]
+                    return self.queued
                 self.error = exc
                 self._close_file()
                 raise WarcFailed(self.path, exc) from exc
@@ -323,22 +353,80 @@ class WarcWriter:
             self.blocked += self.clock.monotonic() - start
         return self.queued
 
+    @property
+    def threaded(self) -> bool:
+        """Written by a thread of its own (else by :meth:`put`, and :meth:`retry`)."""
+        return self._thread is not None
+
+    def retry(self) -> bool:
+        """Without a thread: write the pages waiting for space, in order,
+        until the disk refuses one again; whether none waits now."""
+        while self._pending and not self.abandoned:
+            try:
+                self._write(self._pending[0])
+            except Exception as exc:
+                if no_space(exc):
+                    return False
+                self.error = exc
+                self._pending.clear()
+                self._close_file()
+                return True
+            self._pending.pop(0)
+            if not self._pending:
+                self._space(None)
+        return True
+
+    def abandon(self) -> None:
+        """Give up the pages waiting for space (and those queued behind
+        them): they are never written, so never counted in ``written``."""
+        self.abandoned = True
+        self._abandon.set()
+        self._pending.clear()
+
     def flush(self) -> None:
-        """Wait until every page queued is written (or the writer failed)."""
+        """Wait until every page queued is written (or the writer failed, or
+        gave up the pages waiting for space)."""
         if self._thread is not None and not self._closed:
             self.queue.join()
 
     def close(self) -> None:
-        """Write everything queued, then close the file. Idempotent."""
+        """Write everything queued, then close the file; pages waiting for
+        space on a full disk are given up. Idempotent."""
         if self._closed:
             return
         self._closed = True
         atexit.unregister(self.close)
+        if self.no_space is not None:
+            self.abandon()
         if self._thread is None:
             self._close_file()
             return
         self.queue.put(None)
         self._thread.join()
+
+    def _space(self, error: OSError | None) -> None:
+        """The disk filled (``error``) or space returned (None): told once each way."""
+        if (error is None) == (self.no_space is None):
+            return
+        self.no_space = error
+        if self.on_space is not None:
+            self.on_space(error)
+
+    def _store(self, page: Page) -> None:
+        """Write ``page`` on the thread, waiting for space while the disk is full."""
+        while True:
+            if self.abandoned:
+                return  # given up, with the pages queued behind it
+            try:
+                self._write(page)
+            except Exception as exc:
+                if not no_space(exc):
+                    raise
+                self._space(exc)  # type: ignore[arg-type]
+                self._abandon.wait(self.retry_seconds)
+                continue
+            self._space(None)
+            return
 
     def _run(self) -> None:
         try:
@@ -347,7 +435,7 @@ class WarcWriter:
                 try:
                     if page is None:
                         break
-                    self._write(page)
+                    self._store(page)
                 finally:
                     self.queue.task_done()
         except BaseException as exc:  # reported by put(); the crawl stops storing
@@ -370,8 +458,10 @@ class WarcWriter:
 
     def _write(self, page: Page) -> None:
         whole = self.size if self.file is not None else 0
+        opened = False
         try:
             if self.file is None:
+                opened = True
                 self.count += 1
                 self.path = self.name_file(self.count)
                 self.file = open(self.path, "xb", buffering=0)  # a member reaches the OS whole
@@ -383,6 +473,8 @@ class WarcWriter:
             self._put(*page_members(page, self.level, self.clock))
         except BaseException:
             self._cut(whole)
+            if opened and self.file is None:
+                self.count -= 1  # not even its warcinfo record: the next try takes the name again
             raise
         self.written += 1
         if self.size >= self.max_bytes:
@@ -394,6 +486,7 @@ class WarcWriter:
             return
         try:
             os.ftruncate(self.file.fileno(), size)
+            os.lseek(self.file.fileno(), size, os.SEEK_SET)  # the next record follows it, with no hole
         except OSError:
             return
         self.size = size

@@ -17,6 +17,39 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- The failover fence (a Redis Cluster's frontier; docs/operations.md). The
+-- epoch record (base:epoch) names the node that writes the frontier, 'node'
+-- (its CLUSTER MYID). A script that finds another node named there runs on a
+-- replica promoted since: replication is asynchronous, so what the old master
+-- wrote last may be missing here, the last politeness marks and leases among
+-- it. It fences the frontier ('fenced' = now, 'from' = the old node): no
+-- domain and no address of it is served before one full delay from now
+-- (fence_hold() in dequeue.lua), and the lease id counter jumps FENCE_SEQ so
+-- no lease id the old master gave out (still held by a worker) names a new
+-- lease, and the workers' epoch check (a counter lower than seen: a rewind)
+-- does not take the replica's few missing writes for a lost frontier.
+-- Returns the ms of the frontier's latest fence (0: never fenced). Without an
+-- epoch record (no frontier here, or it vanished: the epoch check says so)
+-- it does nothing. A frontier made before this fence existed has no 'node':
+-- the first look names the node and fences nothing.
+local FENCE_SEQ = 1000000
+local function fence(base, now)
+  local key = base .. ':epoch'
+  local rec = redis.call('HMGET', key, 'id', 'node', 'fenced')
+  local fenced = tonumber(rec[3] or '0') or 0
+  if not rec[1] then return fenced end
+  local me = redis.call('CLUSTER', 'MYID')
+  if rec[2] == me then return fenced end
+  if not rec[2] then
+    redis.call('HSET', key, 'node', me)
+    return fenced
+  end
+  redis.call('HSET', key, 'node', me, 'fenced', now, 'from', rec[2])
+  redis.call('INCRBY', base .. ':seq', FENCE_SEQ)
+  redis.call('HINCRBY', base .. ':stats', 'failover_fences', 1)
+  return now
+end
+
 local function split_record(rec)
   local i = string.find(rec, '\n', 1, true)
   local j = string.find(rec, '\n', i + 1, true)

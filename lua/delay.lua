@@ -6,20 +6,31 @@
 -- KEYS[1]  base key of the frontier
 -- KEYS[2]  its address space (optional: see _lib.lua's IPB; acknowledgements free addresses)
 -- ARGV[1]  number of lease ids to acknowledge, then the ids
--- then per request, 4 values: delay ms, domain, priority, entry
--- Returns the number of requests delayed
+-- then per request, 5 values: delay ms, domain, priority, entry, and the
+--   lease it retries ('' for none: a request that was never leased)
+-- Returns the number of requests delayed. A retry whose lease is no longer
+-- held (it expired and went back to its queue, perhaps fetched and stored
+-- by another worker since: its worker was frozen or cut off past it) is
+-- void, as its acknowledgement is: parked, it would be a second copy of its
+-- URL. Counted as 'delay_void'.
 local base = KEYS[1]
 local acks, i = read_list(1)
 local now = now_ms()
-local n = 0
-while i + 3 <= #ARGV do
-  local id = redis.call('INCR', base .. ':seq')
-  local member = id .. '\n' .. ARGV[i + 1] .. '\n' .. ARGV[i + 2] .. '\n' .. ARGV[i + 3]
-  redis.call('ZADD', base .. ':delayed', now + tonumber(ARGV[i]), member)
-  n = n + 1
-  i = i + 4
+local n, void = 0, 0
+while i + 4 <= #ARGV do
+  local lease = ARGV[i + 4]
+  if lease == '' or redis.call('ZSCORE', base .. ':leases', lease) then
+    local id = redis.call('INCR', base .. ':seq')
+    local member = id .. '\n' .. ARGV[i + 1] .. '\n' .. ARGV[i + 2] .. '\n' .. ARGV[i + 3]
+    redis.call('ZADD', base .. ':delayed', now + tonumber(ARGV[i]), member)
+    n = n + 1
+  else
+    void = void + 1
+  end
+  i = i + 5
 end
 -- acknowledged after the requests are safe in the delayed set
 ack_all(base, acks)
 if n > 0 then redis.call('HINCRBY', base .. ':stats', 'delayed', n) end
+if void > 0 then redis.call('HINCRBY', base .. ':stats', 'delay_void', void) end
 return n

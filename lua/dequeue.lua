@@ -22,6 +22,12 @@
 --          when the epoch record is gone or holds another id, or the counter
 --          is lower (the frontier went back in time), nothing is done, not
 --          even the acknowledgements (see epoch.lua)
+-- then     "1": a Redis Cluster's frontier, fenced after a failover (_lib.lua's
+--          fence(), before the epoch check: a promoted replica's few missing
+--          writes are not a lost frontier); "" or absent: no fence
+-- After a fence, no domain is served before one full delay from it (its own:
+-- fence_hold() below) and no address before its delay from it; a token
+-- bucket starts empty at it.
 -- Overrides per domain: JSON {"rate": r, "burst": b, "delay": seconds} in
 -- base:policy (operators, live) else base:policy:settings; a robots.txt
 -- Crawl-delay in base:policy:robots (seconds) raises the delay.
@@ -40,6 +46,7 @@
 -- Returns {now_ms, next_due_ms or -1 (the earliest score of base:ready,
 --          base:delayed and, per address, of ipdue and dnsq), epoch id ("" if
 --          none), seq, queued, {host, domain, ...: names to look up},
+--          the frontier's latest fence ms (0: never fenced),
 --          lease id, record, address, lease id, record, address, ...}
 local base = KEYS[1]
 local want = tonumber(ARGV[1])
@@ -52,21 +59,26 @@ local stats = base .. ':stats'
 -- one reading of the clock for the acks and the take, so the take sees the
 -- marks as the acks placed them (1 ms late), however long this call runs
 local now = now_ms()
+-- a failover fence first (its counter jump keeps the epoch check below quiet)
+local fenced = 0
+if ARGV[at + 2] == '1' then fenced = fence(base, now) end
 -- the reply's epoch fields: the epoch id (read once: a script is atomic),
--- the lease id counter and the requests queued, as this call leaves them
+-- the lease id counter and the requests queued, as this call leaves them,
+-- and the latest fence
 local epoch_id = nil
 local function epoch(out)
   epoch_id = epoch_id or redis.call('HGET', base .. ':epoch', 'id') or ''
   out[3] = epoch_id
   out[4] = tonumber(redis.call('GET', base .. ':seq') or '0')
   out[5] = tonumber(redis.call('HGET', stats, 'queued') or '0') or 0
+  out[7] = fenced
   return out
 end
 local expect = ARGV[at] or ''
 if expect ~= '' then
   epoch_id = redis.call('HGET', base .. ':epoch', 'id') or ''
   local seq = tonumber(redis.call('GET', base .. ':seq') or '0')
-  if epoch_id ~= expect or seq < (tonumber(ARGV[at + 1]) or 0) then return epoch({now, -1}) end
+  if epoch_id ~= expect or seq < (tonumber(ARGV[at + 1]) or 0) then return epoch({now, -1, '', 0, 0, {}, 0}) end
 end
 ack_all(base, acks, now)
 local replay_key = base .. ':call:' .. call
@@ -123,11 +135,23 @@ local function peek(domain)
 end
 
 local resolve = {}
-local out = {now, -1, '', 0, 0, resolve}
+local out = {now, -1, '', 0, 0, resolve, fenced}
 local taken, attempts, denials = 0, 0, 0
 local ipc = defaults(base)
 local gated = ipc.ip_delay > 0
 local OFFER_MS = 1000  -- an address offered to a waiter that did not take it is offered again after this
+
+-- after a failover fence: how long a domain of <delay> ms (its own, robots.txt
+-- included) is held from the fence, the longest its delay can be (stretched
+-- by delay_factor up to delay_max); an address, its own delay
+local function fence_hold(delay)
+  if ipc.factor > 0 and ipc.max > delay then return ipc.max end
+  return delay
+end
+local function ip_fenced(nxt, shared)
+  if fenced == 0 then return nxt end
+  return math.max(nxt, fenced + (shared and ipc.shared_delay or ipc.ip_delay))
+end
 
 -- per address: hand each address that is free and due to its first waiter
 -- whose own turn has come (one a turn; a shared front end, one a start)
@@ -138,7 +162,7 @@ if gated then
     local v = redis.call('HMGET', k, 'out', 'next', 'shared')
     local shared = v[3] == '1'
     local cap = shared and ipc.shared_cap or 1
-    local busy, nxt = tonumber(v[1] or '0') or 0, tonumber(v[2] or '0') or 0
+    local busy, nxt = tonumber(v[1] or '0') or 0, ip_fenced(tonumber(v[2] or '0') or 0, shared)
     local wait = IPB .. ':ipwait:' .. a
     local head = redis.call('ZRANGE', wait, 0, 0, 'WITHSCORES')
     if busy >= cap or #head == 0 then
@@ -255,7 +279,7 @@ local function gate(domain, entry)
     local k = IPB .. ':ip:' .. a
     local v = redis.call('HMGET', k, 'out', 'next', 'shared', 'offer')
     local shared = v[3] == '1'
-    local busy, nxt = tonumber(v[1] or '0') or 0, tonumber(v[2] or '0') or 0
+    local busy, nxt = tonumber(v[1] or '0') or 0, ip_fenced(tonumber(v[2] or '0') or 0, shared)
     if busy < (shared and ipc.shared_cap or 1) then
       -- free and due: its waiters go first, in turn (the one offered it, or none waiting)
       local mine = v[4] == me
@@ -314,6 +338,14 @@ local function serve(domain, dkey)
   local n = tonumber(st[1] or '0') or 0
   local rate, burst, delay = policy(base, domain, d_rate, d_burst, d_delay)
   local tokens = tonumber(st[2] or '') or burst
+  if fenced > 0 then  -- after a failover: held one full delay from the fence
+    local hold = fenced + fence_hold(delay)
+    if now < hold then
+      redis.call('ZADD', ready, hold, domain)
+      return
+    end
+    if rate > 0 and (tonumber(st[3] or '') or 0) < fenced then st[3], tokens = tostring(fenced), 0 end
+  end
   if rate > 0 then
     local ts = tonumber(st[3] or '') or now
     tokens = math.min(burst, tokens + (now - ts) * rate / 1000)

@@ -218,35 +218,151 @@ __all__ = ["ROOT", "RedisClusterServers", "RedisServer", "files_server", "free_p
 
 
 class RedisClusterServers:
-    """``primaries`` redis-server processes in cluster mode, slots split evenly."""
+    """A Redis Cluster of real redis-server processes on 127.0.0.1, for the
+    tests and the benchmarks (``bench/bench_soak.py``)::
 
-    def __init__(self, workdir: Path, primaries: int = 3) -> None:
+        cluster = RedisClusterServers(workdir, primaries=3, replicas=1, node_timeout_ms=1000).start()
+        cluster.url                      # REDIS_URL of a node (with CRAWLER_REDIS_CLUSTER = True)
+        cluster.nodes                    # every RedisServer: the primaries first, then the replicas
+        cluster.master_of(key)           # the node serving ``key``'s slot now
+        dead = cluster.kill_master(0)    # SIGKILL the master of slot range 0 (or ``key=``)
+        new = cluster.wait_failover(30)  # its replica took over: the new master
+        cluster.stop()
+
+    ``start`` splits the 16384 slots evenly over the ``primaries``, gives each
+    ``replicas`` replicas (``CLUSTER REPLICATE``) and returns once every node
+    says ``cluster_state:ok`` and every replica is in sync
+    (``master_link_status:up``). ``node_timeout_ms`` is
+    ``cluster-node-timeout``: a master that stops answering for that long is
+    failed over (about twice that, all told); no persistence (AOF off, no
+    RDB), as replication alone is what a failover keeps. The primary ``i``
+    starts on ``nodes[i]``, its replicas on ``nodes[primaries + i * replicas + j]``;
+    after a failover ``master_of``, ``primaries()`` and ``replicas()`` say who
+    is what now."""
+
+    def __init__(self, workdir: Path, primaries: int = 3, replicas: int = 0, node_timeout_ms: int = 5000) -> None:
+        self.primaries_count = primaries
+        self.replicas_count = replicas
         self.nodes = [
             RedisServer(Path(workdir) / f"node{i}", "--cluster-enabled", "yes",
-                        "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000",
+                        "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", str(node_timeout_ms),
+                        "--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1",
                         port=free_cluster_port())
-            for i in range(primaries)
+            for i in range(primaries * (1 + replicas))
         ]
+        self.killed: list[RedisServer] = []
+        self._failing = 0  # a slot of the last master killed
+        self._ids: dict[int, str] = {}  # port -> node id
 
     def start(self, timeout: float = 30) -> RedisClusterServers:
         for node in self.nodes:
             node.start()
-        step = 16384 // len(self.nodes)
-        for i, node in enumerate(self.nodes):
-            last = 16383 if i == len(self.nodes) - 1 else (i + 1) * step - 1
-            node.client().execute_command("CLUSTER", "ADDSLOTSRANGE", i * step, last)
+        self._ids = {n.port: n.client().execute_command("CLUSTER", "MYID").decode() for n in self.nodes}
+        for i, node in enumerate(self.nodes[:self.primaries_count]):
+            node.client().execute_command("CLUSTER", "ADDSLOTSRANGE", *self._range(i))
         first = self.nodes[0].client()
         for node in self.nodes[1:]:
             first.execute_command("CLUSTER", "MEET", "127.0.0.1", node.port)
-        deadline = time.monotonic() + timeout
-        while True:
-            infos = [n.client().cluster("info") for n in self.nodes]
-            if all(i["cluster_state"] == "ok" and int(i["cluster_known_nodes"]) == len(self.nodes)
-                   for i in infos):
-                return self
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"cluster did not form: {infos}")
-            time.sleep(0.1)
+        wait_until(lambda: all(int(n.client().cluster("info")["cluster_known_nodes"]) == len(self.nodes)
+                               for n in self.nodes), timeout, "cluster nodes met", every=0.05)
+        for i in range(self.primaries_count):
+            master = self._ids[self.nodes[i].port]
+            for replica in self._replicas_of(i):
+                replica.client().execute_command("CLUSTER", "REPLICATE", master)
+        wait_until(self._formed, timeout, "cluster formed (cluster_state ok, replicas in sync)", every=0.05)
+        return self
+
+    def _range(self, i: int) -> tuple[int, int]:
+        """The slots of primary ``i``: the 16384 split evenly, the last taking the rest."""
+        step = 16384 // self.primaries_count
+        return i * step, (16383 if i == self.primaries_count - 1 else (i + 1) * step - 1)
+
+    def _replicas_of(self, i: int) -> list[RedisServer]:
+        first = self.primaries_count + i * self.replicas_count
+        return self.nodes[first:first + self.replicas_count]
+
+    def alive(self) -> list[RedisServer]:
+        return [n for n in self.nodes if n not in self.killed]
+
+    def _formed(self) -> bool:
+        try:
+            for node in self.alive():
+                client = node.client(socket_timeout=1)
+                if client.cluster("info")["cluster_state"] != "ok":
+                    return False
+                # every node sees each slot range served by a master and its replicas
+                ranges = client.execute_command("CLUSTER", "SLOTS")
+                if len(ranges) != self.primaries_count or any(len(r) - 2 != 1 + self.replicas_count
+                                                              for r in ranges):
+                    return False
+                info = client.info("replication")
+                if info["role"] == "slave" and (info.get("master_link_status") != "up"
+                                                or int(info.get("master_sync_in_progress", 0))):
+                    return False
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError):
+            return False
+        return True
+
+    def master_of(self, key: str | bytes | None = None, *, slot: int | None = None) -> RedisServer:
+        """The live node serving ``key``'s slot (or ``slot``) as its master now."""
+        from redis.cluster import key_slot
+
+        if slot is None:
+            slot = key_slot(key.encode() if isinstance(key, str) else key or b"")
+        by_port = {n.port: n for n in self.alive()}
+        for node in self.alive():
+            try:
+                for low, high, master, *_ in node.client(socket_timeout=1).execute_command("CLUSTER", "SLOTS"):
+                    if low <= slot <= high and int(master[1]) in by_port:
+                        return by_port[int(master[1])]
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                continue
+        raise LookupError(f"no live master serves slot {slot}")
+
+    def primaries(self) -> list[RedisServer]:
+        return [n for n in self.alive() if n.client().info("replication")["role"] == "master"]
+
+    def replicas(self) -> list[RedisServer]:
+        return [n for n in self.alive() if n.client().info("replication")["role"] == "slave"]
+
+    def kill_master(self, i: int = 0, *, key: str | None = None) -> RedisServer:
+        """SIGKILL the master now serving slot range ``i`` (of ``primaries``;
+        or ``key``'s slot): no shutdown, no last write. Returns the dead node."""
+        from redis.cluster import key_slot
+
+        slot = key_slot(key.encode()) if key is not None else self._range(i)[0]
+        node = self.master_of(slot=slot)
+        self._failing = slot
+        assert node.proc is not None
+        node.proc.kill()
+        node.proc.wait()
+        node.proc = None
+        self.killed.append(node)
+        return node
+
+    def wait_failover(self, timeout: float = 30) -> RedisServer:
+        """Wait until a replica took over the slots of the last master killed:
+        it says ``role:master``, every live node says ``cluster_state:ok`` and
+        names it for those slots. Returns it."""
+        dead = self.killed[-1]
+
+        def promoted() -> RedisServer | None:
+            try:
+                node = self.master_of(slot=self._failing)
+                if node is dead or node.client(socket_timeout=1).info("replication")["role"] != "master":
+                    return None
+                for other in self.alive():
+                    client = other.client(socket_timeout=1)
+                    if client.cluster("info")["cluster_state"] != "ok":
+                        return None
+                    if not any(low <= self._failing <= high and int(master[1]) == node.port
+                               for low, high, master, *_ in client.execute_command("CLUSTER", "SLOTS")):
+                        return None
+                return node
+            except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError, OSError, LookupError):
+                return None
+
+        return wait_until(promoted, timeout, f"failover of master :{dead.port}", every=0.05)
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -254,4 +370,4 @@ class RedisClusterServers:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.nodes[0].port}/0"
+        return f"redis://127.0.0.1:{self.alive()[0].port}/0"

@@ -274,6 +274,25 @@ def test_delayed_requests_wait_on_the_server_clock(redis_client: redis.Redis, cl
     assert [x.entry for x in got.items] == [b"retry-me"]
 
 
+def test_a_retry_of_a_lease_that_expired_is_void(redis_client: redis.Redis, clock: ManualClock) -> None:
+    """A worker frozen past its lease wakes and retries its request: the
+    lease went back to its queue (another worker may have stored the page),
+    so the retry parks nothing, as a late acknowledgement ends nothing."""
+    f = make(redis_client, lease_seconds=0.3, clock=clock)
+    f.add([item("page")])
+    stale = f.take(1).items[0]
+    clock.advance(0.3)
+    again = f.take(1).items  # the expired lease back in its queue, leased anew
+    assert [x.entry for x in again] == [b"page"]
+    retry = (0, stale.domain, stale.priority, stale.entry, stale.lease)
+    assert f.delay([retry], acks=[stale.lease]) == 0
+    assert f.status()["delayed"] == 0 and f.status()["counters"]["delay_void"] == 1
+    # the held lease's retry parks, as before
+    held = again[0]
+    assert f.delay([(0, held.domain, held.priority, held.entry, held.lease)], acks=[held.lease]) == 1
+    assert f.status()["delayed"] == 1 and f.status()["leases"] == 0
+
+
 def test_push_domain_back(redis_client: redis.Redis) -> None:
     f = make(redis_client)
     f.add([item("a1"), item("a2"), item("b1", "b.test")])

@@ -93,6 +93,11 @@ def test_prometheus_metrics_during_a_crawl(redis_url: str, make_web) -> None:
     assert f"crawler_frontier_queued{LABELS}" in values
     # the loop-lag probe's worst stall, in seconds: under a second on a page of 30 links
     assert 0 <= values[f"crawler_loop_lag_max_seconds{LABELS}"] < 1
+    # the last minute's worst is one of the crawl's lateness values: never above the crawl's worst
+    # (which the stats keep to 0.1 ms)
+    minute = values[f"crawler_loop_lag_minute_max_seconds{LABELS}"]
+    assert 0 <= minute <= values[f"crawler_loop_lag_max_seconds{LABELS}"] + 0.00005
+    assert f"crawler_loop_stalls_total{LABELS}" in values
     # the time to the last byte, not to the headers (milliseconds here): pages
     # are observed above 0.25 s (robots.txt, one small write, below it)
     count = values[f"crawler_fetch_duration_seconds_count{LABELS}"]

@@ -358,3 +358,41 @@ def test_a_client_that_hangs_up_ends_its_request_in_flight_not_its_answer() -> N
         status, _, _ = web.fetch(0, "/")  # the next request: never two in flight at once
         assert status == 200
         assert max_in_flight(web.log()) == {address: 1}
+
+
+def test_an_outage_takes_a_share_of_the_sites_down_with_503_then_ends(make_web) -> None:
+    web = make_web(domains=10, pages=3, size_fixed=1000, retry_after=7)
+    down = web.outage(0.2, 60, "503", seed=4)
+    assert len(down) == 2 and set(down) <= set(web.domains)
+    assert web.outage(0.2, 60, "503", seed=4) == down  # which ones: drawn from the seed
+    up = [d for d in web.domains if d not in down]
+    for name in down:
+        for host in (name, "www." + name):
+            for path in ("/", "/p/1.html", "/robots.txt"):
+                status, headers, _ = web.fetch(host, path)
+                assert (status, headers.get("Retry-After")) == (503, "7"), (host, path)
+    assert all(web.fetch(name, "/p/1.html")[0] == 200 for name in up)
+    assert web.fetch(up[0], "/robots.txt")[0] == 200
+    assert web.outage(0.2, 0, "503", seed=4) == down  # 0 s: over at once
+    assert all(web.fetch(name, "/p/1.html")[0] == 200 for name in down)
+    statuses = Counter(e.status for e in web.log() if e.domain.removeprefix("www.") in down)
+    assert statuses == {503: 12, 200: 2}  # every request of the outage logged
+    with pytest.raises(ValueError, match="unknown outage mode 'flood'"):
+        web.outage(0.1, 5, "flood")
+
+
+def test_a_timeout_outage_holds_requests_unanswered_and_logs_their_hang_up(make_web) -> None:
+    web = make_web(domains=4, pages=3, size_fixed=1000)
+    [name] = web.outage(0.25, 2.0, "timeout", seed=1)
+    with pytest.raises(TimeoutError):  # socket.timeout: not a byte within the client's 0.3 s
+        web.fetch(name, "/p/1.html", timeout=0.3)
+    hung = wait_until(lambda: [e for e in web.log() if e.path == "/p/1.html" and e.hung], 10, "the hang-up")[0]
+    assert (hung.status, hung.done) == (0, 0) and hung.hung - hung.ms >= 300
+    other = next(d for d in web.domains if d != name)
+    assert web.fetch(other, "/robots.txt")[0] == 200  # the other sites answer meanwhile
+    # a client that waits longer than the outage: closed without an answer when it ends
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError)):
+        web.fetch(name, "/robots.txt", timeout=10)
+    closed = [e for e in web.log() if e.domain == name and e.path == "/robots.txt"][0]
+    assert closed.status == 0 and closed.hung == 0 and closed.done > closed.ms
+    assert web.fetch(name, "/p/1.html")[0] == 200  # the outage is over

@@ -3,7 +3,9 @@ nothing lost when a crawl is stopped with SIGTERM."""
 
 from __future__ import annotations
 
+import errno
 import gzip
+import os
 import random
 import signal
 import subprocess
@@ -16,6 +18,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawler.clock import ManualClock
 from crawler.warcfile import Page, WarcWriter
+from devkit import chaos
 from tests.servers import ROOT, scrapy_env, wait_until
 
 
@@ -138,3 +141,65 @@ def test_sigterm_loses_no_page(redis_url: str, make_web, tmp_path: Path) -> None
     urls = [r[1].get_header("WARC-Target-URI") for r in stored]
     assert len(urls) == len(set(urls))
     assert set(urls) == served  # every page the site served is in the WARC files, whole
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real 1 MB tmpfs, in a mount namespace a holder process keeps; yields
+    the folder as this process reaches it (through the holder's mounts)."""
+    why = chaos.can_unshare()
+    if why:
+        pytest.skip(why)
+    folder = tmp_path / "disk"
+    folder.mkdir()
+    holder = subprocess.Popen(chaos.on_private_tmpfs(folder, 1_000_000, ["sleep", "infinity"]))
+    try:
+        disk = chaos.in_mounts_of(holder.pid, folder)
+        wait_until(lambda: os.path.ismount(disk), 10, "the tmpfs mounted")
+        yield disk
+    finally:
+        holder.terminate()
+        holder.wait(timeout=10)
+
+
+@pytest.mark.parametrize("max_queued", [4, 0], ids=["thread", "inline"])
+def test_a_full_disk_holds_the_pages_in_order_until_space_returns(small_disk: Path, max_queued: int) -> None:
+    told: list[OSError | None] = []
+    writer = WarcWriter(lambda n: small_disk / f"f{n}.warc.gz", level=0, max_queued=max_queued,
+                        on_space=told.append, retry_seconds=0.05)
+    bodies = [random.Random(n).randbytes(30_000) for n in range(6)]  # incompressible: 30 kB a record
+    writer.put(page(0, bodies[0]))
+    writer.flush()
+    with chaos.disk_full(small_disk, leave=8192):  # the next record is cut by ENOSPC part-way
+        numbers = [writer.put(page(n, bodies[n])) for n in range(1, 6)]
+        assert numbers == [2, 3, 4, 5, 6]  # put() neither raises nor blocks
+        wait_until(lambda: told, 10, "the full disk told")
+        assert told[0] is not None and told[0].errno == errno.ENOSPC
+        assert not writer.retry() if max_queued == 0 else True  # still full
+        assert writer.written == 1 and writer.error is None  # nothing counted that is not in the file
+        # the record cut part-way was taken back: the file reads back whole
+        assert [r[3] for r in read_warc(sorted(small_disk.glob("*.warc.gz"))) if r[0] == "response"] == bodies[:1]
+    if max_queued == 0:
+        assert writer.retry()  # without a thread, the extension's timer tries again
+    writer.flush()
+    wait_until(lambda: writer.written == 6, 10, "the pages written once space returned")
+    writer.close()
+    assert len(told) == 2 and told[1] is None and writer.no_space is None
+    records = read_warc(sorted(small_disk.glob("*.warc.gz")))  # no hole where the cut record was
+    assert [r[3] for r in records if r[0] == "response"] == bodies  # every page, in order, once
+
+
+@pytest.mark.parametrize("max_queued", [4, 0], ids=["thread", "inline"])
+def test_closing_on_a_full_disk_gives_the_waiting_pages_up(small_disk: Path, max_queued: int) -> None:
+    writer = WarcWriter(lambda n: small_disk / f"f{n}.warc.gz", level=0, max_queued=max_queued,
+                        retry_seconds=0.05)
+    bodies = [random.Random(n).randbytes(30_000) for n in range(3)]
+    writer.put(page(0, bodies[0]))
+    writer.flush()
+    with chaos.disk_full(small_disk):
+        writer.put(page(1, bodies[1]))
+        writer.put(page(2, bodies[2]))
+        wait_until(lambda: writer.no_space is not None, 10, "the full disk met")
+        writer.close()  # returns: the pages waiting are given up, never counted
+    assert writer.abandoned and writer.written == 1 and writer.error is None
+    assert [r[3] for r in read_warc(sorted(small_disk.glob("*.warc.gz"))) if r[0] == "response"] == bodies[:1]

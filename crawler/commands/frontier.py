@@ -42,6 +42,8 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "next_due_seconds": None if status["next_due_ms"] is None else round(status["next_due_ms"] / 1000, 3),
         "leases": status["leases"],
         "leases_expired": status["leases_expired"],
+        # Redis Cluster failovers fenced (lua/_lib.lua's fence(): each held every domain one full delay)
+        "failover_fences": counters.get("failover_fences", 0),
         "delayed": status["delayed"],
         "inbox": frontier.inbox_length(),
         "dead_letters": dict(DeadLetters(frontier.client, keys).counts()),
@@ -75,7 +77,9 @@ def text(r: dict[str, Any]) -> str:
         f"{r['spider']} shard {r['shard']}",
         f"  queued        {r['queued']} (lag {r['lag_seconds']:.1f}s), inbox {r['inbox']}, delayed {r['delayed']}",
         f"  domains       {r['domains_due']} due now, {r['domains_waiting']} waiting, next due {nxt}",
-        f"  leases        {r['leases']} held, {r['leases_expired']} expired",
+        f"  leases        {r['leases']} held, {r['leases_expired']} expired"
+        + (f"; {r['failover_fences']} failovers fenced (every domain held one full delay)"
+           if r.get("failover_fences") else ""),
         f"  ledger        {describe(r['ledger'])}",
         f"  dead letters  {dead}",
         f"  robots.txt    {r['robots_disallowed']} requests refused by a Disallow, {r['robots_postponed']} "

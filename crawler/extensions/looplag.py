@@ -8,13 +8,17 @@ call. The worst lateness of the crawl is the stat ``crawler/loop/lag_max_ms``
 ``crawler/loop/lag_ms``; stalls over 100 ms are counted
 (``crawler/loop/stalls``) and the worst is logged when the crawl ends.
 :meth:`LoopLagProbe.worst_since` gives the worst lateness since the last
-call (the concurrency controller backs off on it: ``concurrency.py``).
+call (the concurrency controller backs off on it: ``concurrency.py``);
+:meth:`LoopLagProbe.last_minute` the worst of the probes of the last minute
+(the Prometheus gauge ``crawler_loop_lag_minute_max_seconds``: a stall after
+the warm-up shows there, where the crawl's worst may be its start).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -40,6 +44,7 @@ class LoopLagProbe:
         self.stats = crawler.stats
         self.worst = 0.0
         self.recent = 0.0  # worst since the last worst_since()
+        self.minute: deque[float] = deque(maxlen=max(1, round(60 / self.interval)))  # the last minute's probes
         self.expected = 0.0
         self.call: Any = None
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
@@ -72,6 +77,7 @@ class LoopLagProbe:
         lag = max(0.0, (self.clock.monotonic() - self.expected) * 1000)
         self.stats.set_value("crawler/loop/lag_ms", round(lag, 1))
         self.recent = max(self.recent, lag)
+        self.minute.append(lag)
         if lag > self.worst:
             self.worst = lag
             self.stats.set_value("crawler/loop/lag_max_ms", round(lag, 1))
@@ -84,6 +90,11 @@ class LoopLagProbe:
         """The worst lateness, in ms, since the previous call (0.0 at first)."""
         recent, self.recent = self.recent, 0.0
         return recent
+
+    def last_minute(self) -> float:
+        """The worst lateness, in ms, of the probes of the last minute (as many
+        probes as a minute holds at the interval: longer when the loop stalls)."""
+        return max(self.minute, default=0.0)
 
     def spider_closed(self) -> None:
         active = getattr(self.call, "active", None)  # a Twisted DelayedCall says; a TimerHandle does not mind

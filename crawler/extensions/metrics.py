@@ -51,6 +51,7 @@ from redis.exceptions import RedisClusterException
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
 
+from crawler.extensions.looplag import LoopLagProbe
 from crawler.extensions.progress import frontier_duplicates
 from crawler.worker import session_of as frontier_service
 from crawler.settings_registry import setting
@@ -82,6 +83,8 @@ COUNTERS: dict[str, tuple[str, Any]] = {
     "crawler_dead_letters_unrecorded": ("Dead letters lost: Redis was unreachable when they were written",
                                         "crawler/dlq/unrecorded"),
     "crawler_download_errors": ("Download exceptions", "downloader/exception_count"),
+    "crawler_loop_stalls": ("Event-loop stalls over 100 ms (the loop-lag probe's timer that late)",
+                            "crawler/loop/stalls"),
 }
 
 #: the stats of dead letters: this prefix and the reason (``crawler_dead_letters_total{reason=...}``)
@@ -214,6 +217,7 @@ class _Collector:
         self.labels = ["", "0"]
         self.exporter: FrontierExporter | None = None
         self.frontier: Frontier | None = None
+        self.probe: LoopLagProbe | None = None
 
     def collect(self) -> Iterator[Any]:
         stats = self.crawler.stats.get_stats() if self.crawler.stats else {}
@@ -241,6 +245,12 @@ class _Collector:
                                 "Longest the event loop was late running a timer, this crawl", labels=names)
         lag.add_metric(self.labels, float(stats.get("crawler/loop/lag_max_ms", 0)) / 1000)
         yield lag
+        if self.probe is not None:
+            minute = GaugeMetricFamily("crawler_loop_lag_minute_max_seconds",
+                                       "Longest the event loop was late running a timer, over the last minute",
+                                       labels=names)
+            minute.add_metric(self.labels, self.probe.last_minute() / 1000)
+            yield minute
         if self.exporter is None or self.frontier is None:
             return
         held = self.exporter.held
@@ -332,6 +342,8 @@ class MetricsExtension:
         labels = [spider.name, str(getattr(spider, "shard", 0))]
         self.collector.labels = labels
         self.fetch_child = self.fetch_seconds.labels(*labels)
+        extensions = self.crawler.extensions.middlewares if self.crawler.extensions else ()
+        self.collector.probe = next((e for e in extensions if isinstance(e, LoopLagProbe)), None)
         try:
             self.server, _ = start_http_server(self.port, addr=self.address, registry=self.registry)
         except OSError as e:

@@ -17,14 +17,21 @@ and written by a thread (:mod:`crawler.warcfile`); at most
 run on more than one CPU (docs/benchmarks.md has the measurement).
 
 A page is stored once its records are in a file: only then does the frontier
-count its URL as stored and release its lease. When a write fails (no space,
-read-only, an I/O error), the crawl stops taking work, the pages not stored go
-back to the frontier when it closes, one line names the file and the error,
-and the crawl ends with ``warc_failed`` (a non-zero exit). Before the disk is
-full, ``CRAWLER_WARC_MIN_FREE`` pauses fetching until space returns; a crawl
-that closes while still paused (``CLOSESPIDER_TIMEOUT``, a shutdown) did not
-finish: its URLs wait in the frontier, and it says so as its exit error (a
-non-zero exit, ``crawler/warc/closed_paused``).
+count its URL as stored and release its lease. A write that finds the disk
+full (``ENOSPC``, ``EDQUOT``) pauses fetching at once: the file is cut back
+to its last whole record, the page and those after it wait (their leases
+held, not acknowledged) and are written, in order, when space returns, and
+fetching resumes, one log line each way (the pause counts in
+``crawler/warc/low_space_pauses`` and ``low_space_seconds``). When a write
+fails otherwise (read-only, an I/O error, a file too large), the crawl stops
+taking work, the pages not stored go back to the frontier when it closes,
+one line names the file and the error, and the crawl ends with
+``warc_failed`` (a non-zero exit). Before the disk is full,
+``CRAWLER_WARC_MIN_FREE`` pauses fetching until space returns; a crawl that
+closes while still paused either way (``CLOSESPIDER_TIMEOUT``, a shutdown)
+did not finish: the pages waiting for space are given up, its URLs wait in
+the frontier, and it says so as its exit error (a non-zero exit,
+``crawler/warc/closed_paused``).
 """
 
 from __future__ import annotations
@@ -82,6 +89,7 @@ class WarcExtension:
         self.writer: WarcWriter | None = None
         self.failed = False
         self.paused_at: float | None = None
+        self.full: OSError | None = None  # a write found the disk full: pages wait for space
         self.free: int | None = None  # bytes free in the folder at the last look
         self._checker = task.LoopingCall(self.check)
         self._checker.clock = self.clock.timers
@@ -97,7 +105,8 @@ class WarcExtension:
         shard = int(getattr(spider, "shard", 0))
         self.prefix = f"{spider.name}-{shard:03d}-{socket.gethostname()}-{os.getpid()}"
         self.writer = WarcWriter(self._name, level=self.level, max_bytes=self.max_bytes,
-                                 max_queued=self.max_queued, on_file=self._opened, clock=self.clock)
+                                 max_queued=self.max_queued, on_file=self._opened, clock=self.clock,
+                                 on_space=self._on_space, retry_seconds=CHECK_INTERVAL)
         frontier = frontier_service(self.crawler)
         if frontier is not None:
             frontier.keep_pages_with(self)  # a page's lease is released once it is stored
@@ -116,11 +125,63 @@ class WarcExtension:
         self.stats.inc_value("crawler/warc/files")
         logger.info("Writing WARC file %s", path)
 
+    def _on_space(self, error: OSError | None) -> None:  # on the writer's thread, or in put()
+        from twisted.internet import reactor
+
+        reactor.callFromThread(self._space_changed, error)  # type: ignore[attr-defined]
+
+    def _space_changed(self, error: OSError | None) -> None:
+        """A write found the disk full (``error``), or the page waiting went in (None)."""
+        if error is not None:
+            self.full = error
+            logger.warning("No space left for WARC files in %s (%s): fetching paused until space returns; "
+                           "%d pages wait to be written, their leases held", self.directory,
+                           error.strerror or error, self._waiting())
+            self._pause()
+            return
+        if self.full is None:
+            return
+        self.full = None
+        free = self._free()
+        if self.min_free and free is not None and free < self.min_free:
+            return  # written, but still under CRAWLER_WARC_MIN_FREE: paused on
+        self._resume(f"Disk space for WARC files is back ({'?' if free is None else free // 10**6} MB free)")
+
+    def _waiting(self) -> int:
+        writer = self.writer
+        return 0 if writer is None else max(0, writer.queued - writer.written)
+
+    def _free(self) -> int | None:
+        try:
+            st = os.statvfs(self.directory)
+        except OSError:
+            return None
+        self.free = st.f_bavail * st.f_frsize
+        return self.free
+
+    def _pause(self) -> None:
+        engine = self.crawler.engine
+        if self.paused_at is not None or engine is None or self.failed:
+            return
+        self.paused_at = self.clock.monotonic()
+        engine.pause()
+        self.stats.inc_value("crawler/warc/low_space_pauses")
+
+    def _resume(self, what: str) -> None:
+        engine = self.crawler.engine
+        if self.paused_at is None or engine is None:
+            return
+        paused = self.clock.monotonic() - self.paused_at
+        self.paused_at = None
+        engine.unpause()
+        self.stats.inc_value("crawler/warc/low_space_seconds", round(paused, 3))
+        logger.info("%s: fetching resumed after %.0f s", what, paused)
+
     def spider_closed(self) -> None:
         if self._checker.running:
             self._checker.stop()
         if self.writer is not None:
-            self.writer.close()
+            self.writer.close()  # gives up the pages waiting for space, if any
             self.stats.set_value("crawler/warc/blocked_seconds", round(self.writer.blocked, 3))
             self.stats.set_value("crawler/warc/pages_stored", self.writer.written)
             self._check_writer()
@@ -168,20 +229,26 @@ class WarcExtension:
         return 0 < ticket <= (self.writer.written if self.writer is not None else 0)
 
     def flush(self) -> None:
-        """Wait for the pages queued to the writer (the frontier is closing)."""
+        """Wait for the pages queued to the writer (the frontier is closing);
+        on a full disk, give up those waiting for space: they go back to the frontier."""
         if self.writer is not None:
+            if self.writer.no_space is not None:
+                self.writer.abandon()
             self.writer.flush()
 
     # --- failures and free space -------------------------------------------
 
     def check(self) -> None:
         self._check_writer()
+        writer = self.writer
+        if writer is not None and writer.no_space is not None and not writer.threaded:
+            writer.retry()  # written by put(): the pages waiting for space are tried here
         if self.min_free and not self.failed:
             self._check_space()
 
     def _check_writer(self) -> None:
         writer = self.writer
-        if writer is not None and writer.error is not None and not self.failed:
+        if writer is not None and writer.error is not None and not self.failed and not writer.abandoned:
             error = writer.error
             reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
             self._fail(f"writing {writer.path or self.directory} failed: {reason}")
@@ -213,23 +280,15 @@ class WarcExtension:
         except OSError:
             return
         free = self.free = st.f_bavail * st.f_frsize
-        engine = self.crawler.engine
-        if engine is None:
+        if self.crawler.engine is None:
             return
         if free < self.min_free and self.paused_at is None:
-            self.paused_at = self.clock.monotonic()
-            engine.pause()
-            self.stats.inc_value("crawler/warc/low_space_pauses")
+            self._pause()
             logger.warning("Low disk space for WARC files in %s: %d MB free, under CRAWLER_WARC_MIN_FREE "
                            "(%d MB): fetching paused until space returns", self.directory, free // 10**6,
                            self.min_free // 10**6)
-        elif free >= self.min_free and self.paused_at is not None:
-            paused = self.clock.monotonic() - self.paused_at
-            self.paused_at = None
-            engine.unpause()
-            self.stats.inc_value("crawler/warc/low_space_seconds", round(paused, 3))
-            logger.info("Disk space for WARC files is back (%d MB free): fetching resumed after %.0f s",
-                        free // 10**6, paused)
+        elif free >= self.min_free and self.paused_at is not None and self.full is None:
+            self._resume(f"Disk space for WARC files is back ({free // 10**6} MB free)")
 
     def _closed_paused(self) -> None:
         """The crawl closes while fetching is paused for disk space: it did
@@ -246,7 +305,15 @@ class WarcExtension:
         except OSError:
             pass  # the last look's figure
         free = "?" if self.free is None else f"{self.free // 10**6}"
-        if not self.stats.get_value("crawler/exit/error"):
+        if self.stats.get_value("crawler/exit/error"):
+            return
+        if self.full is not None:
+            self.stats.set_value(
+                "crawler/exit/error",
+                f"closed while fetching was paused for disk space for {paused:.0f} s: no space left in "
+                f"{self.directory} ({self.full.strerror or self.full}); the pages not written and the URLs not "
+                "fetched wait in the frontier")
+        else:
             self.stats.set_value(
                 "crawler/exit/error",
                 f"closed while fetching was paused for disk space for {paused:.0f} s: {free} MB free in "

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
+import struct
 from typing import TYPE_CHECKING
 
 from scrapy.exceptions import DownloadCancelledError, DownloadFailedError
@@ -379,6 +381,9 @@ class Exchange:
             self.finish()
 
 
+_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset, unsent bytes dropped
+
+
 class Connection(asyncio.Protocol):
     """An HTTP/1.1 client connection: one exchange at a time."""
 
@@ -426,5 +431,17 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     def abort(self) -> None:
+        """End at once, and take back what the site has not received: a
+        reset (``SO_LINGER`` 0) drops the bytes the kernel still holds to
+        send. A plain close keeps sending them after the connection is given
+        up on: a request timed out while the network to the site was cut
+        would reach the site once it is back, with nobody waiting for its
+        answer (fetched twice, and at a time politeness never chose)."""
         if self.transport is not None:
+            sock = self.transport.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
+                except (OSError, AttributeError):
+                    pass  # not a TCP socket: closed as it comes
             self.transport.abort()

@@ -62,8 +62,18 @@ class ScrapyEngine:
         self.crawler = crawler
         self._blind = False  # Scrapy's engine state moved: said once
 
+    @property
+    def engine(self) -> Any:
+        """Scrapy's engine, None before the crawl starts (Scrapy 2.19 raises
+        on ``Crawler.engine`` then: a scheduler driven without an engine, as
+        ``bench/bench_frontier.py`` drives it, sees None)."""
+        try:
+            return self.crawler.engine
+        except RuntimeError:
+            return None
+
     def busy(self) -> set[int] | None:
-        engine = self.crawler.engine
+        engine = self.engine
         if engine is None or getattr(engine, "_slot", None) is None:
             return None  # not started, or closed
         busy = engine_busy(engine)
@@ -77,18 +87,18 @@ class ScrapyEngine:
     def room(self) -> int | None:
         """The downloader's cap (``CONCURRENT_REQUESTS``, or what
         ``extensions/concurrency.py`` sets) less what is in flight."""
-        load = downloader_load(self.crawler.engine)
+        load = downloader_load(self.engine)
         return None if load is None or not load[1] else max(1, load[1] - load[0])
 
     def wake(self) -> object:
-        return wake_engine(self.crawler.engine)
+        return wake_engine(self.engine)
 
     def close(self, reason: str) -> None:
         from scrapy.utils.defer import deferred_from_coro
         from twisted.internet import reactor
 
         def close() -> None:
-            engine = self.crawler.engine
+            engine = self.engine
             if engine is not None and engine.spider is not None:
                 engine.unpause()
                 deferred_from_coro(engine.close_spider_async(reason=reason))

@@ -9,6 +9,13 @@ included, when the record is gone (Redis restarted without persistence, was
 flushed, failed over to an empty replica), holds another id (another worker
 made a new epoch), or the counter is lower (Redis restarted from an older
 snapshot: the frontier went back in time): :class:`FrontierLost`.
+
+On a Redis Cluster, a replica promoted after its master died is not a loss,
+though it may miss the master's last writes (replication is asynchronous):
+the scripts fence the frontier first (``lua/_lib.lua``'s ``fence()``: its
+lease id counter jumps a million, and every domain waits one full delay), and
+every reply says when it was last fenced; a worker counts the fences it sees
+(:attr:`Epoch.fences`) and says so (``crawler/worker/_outage.py``).
 :class:`Epoch` is the worker's memory of it, kept by the
 :class:`~crawler.store.frontier.Frontier`; what a worker does on a loss is
 the worker session's (``crawler/worker/_outage.py``).
@@ -59,14 +66,17 @@ class Epoch:
     seq: int = 0  # highest lease id counter seen
     queued: int = 0  # requests queued at the last look
     looked_at: float = 0.0  # the clock's monotonic() at the last look
+    fenced_ms: int = 0  # the latest failover fence seen (server ms; 0: none)
+    fences: int = 0  # fences seen since the frontier was opened here
     clock: Clock = field(default=SYSTEM, repr=False, compare=False)
 
     def args(self) -> list[Any]:
         """The dequeue's epoch arguments."""
         return [self.id, self.seq]
 
-    def observe(self, found_id: str, seq: int, queued: int) -> None:
-        """Remember a look at the frontier; :class:`FrontierLost` if it is not this epoch's."""
+    def observe(self, found_id: str, seq: int, queued: int, fenced_ms: int = 0) -> None:
+        """Remember a look at the frontier; :class:`FrontierLost` if it is not this epoch's.
+        ``fenced_ms``: the frontier's latest failover fence (a newer one counts in :attr:`fences`)."""
         if self.id:
             if not found_id:
                 raise FrontierLost(VANISHED, self, found_id, seq, queued)
@@ -77,6 +87,9 @@ class Epoch:
         self.seq = max(self.seq, seq)
         self.queued = queued
         self.looked_at = self.clock.monotonic()
+        if fenced_ms > self.fenced_ms:
+            self.fenced_ms = fenced_ms
+            self.fences += 1
 
     def adopt(self, reply: list[Any]) -> None:
         """The reply of ``epoch.lua``: the epoch this worker works in from now on."""
@@ -85,6 +98,7 @@ class Epoch:
         self.seq = int(reply[3])
         self.queued = int(reply[4])
         self.looked_at = self.clock.monotonic()
+        self.fenced_ms = max(self.fenced_ms, int(reply[5]) if len(reply) > 5 else 0)
 
     @staticmethod
     def new_id() -> str:

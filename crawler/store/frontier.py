@@ -82,6 +82,7 @@ class TakeResult:
     now_ms: int
     next_due_ms: int | None  # earliest next-fetch time of a queued domain, or of a delayed request
     lookups: list[tuple[str, str]] = field(default_factory=list)  # (host, domain) this worker is to resolve
+    fenced_ms: int = 0  # the frontier's latest failover fence (server ms; 0: never fenced)
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,8 @@ class Frontier:
         # is that many times longer, so the address's rate stays within one a delay
         self.address_spread = shards if self.address_base == keys.base else 1
         self.script_keys = [keys.base, self.address_base]
+        # a Cluster's frontier is fenced after a failover (lua/_lib.lua's fence()): "1" to the scripts
+        self.fencing = "1" if _is_cluster(client) else ""
         self.clock = clock  # the scripts' now_ms() and the acknowledgements' ages (crawler/clock.py)
         self.keys = keys
         self.dedup = dedup or Dedup()
@@ -232,17 +235,25 @@ class Frontier:
         """Record (or check) the dedup layout, load per-domain overrides and
         open the epoch (made if the frontier has none)."""
         self._layout()
-        self.epoch.adopt(self._epoch_script(keys=[self.keys.base], args=[Epoch.new_id(), "", 0]))
+        self.epoch.adopt(self._epoch_script(keys=[self.keys.base], args=[Epoch.new_id(), "", 0, self.fencing]))
 
     def renew(self, lost: str, seq_floor: int) -> None:
         """Go on after a loss: a new epoch (or the one another worker made
         meanwhile) whose lease ids start above ``seq_floor``, with this
         worker's dedup layout and politeness written again."""
         self._layout()
-        self.epoch.adopt(self._epoch_script(keys=[self.keys.base], args=[Epoch.new_id(), lost, seq_floor]))
+        self.epoch.adopt(self._epoch_script(keys=[self.keys.base],
+                                            args=[Epoch.new_id(), lost, seq_floor, self.fencing]))
 
     def check_epoch(self) -> None:
-        """Look at the epoch (one round trip); ``FrontierLost`` if it is not this worker's."""
+        """Look at the epoch (one round trip); ``FrontierLost`` if it is not this worker's.
+        On a Cluster the look is a script that fences the frontier first if it failed over."""
+        if self.fencing:
+            found, _, _, seq, queued, fenced = self._epoch_script(keys=[self.keys.base],
+                                                                  args=["", "", 0, self.fencing])
+            self.epoch.observe(found.decode() if isinstance(found, bytes) else str(found), int(seq), int(queued),
+                               int(fenced))
+            return
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(self.keys.key("epoch"), "id")
         pipe.get(self.keys.key("seq"))
@@ -313,17 +324,18 @@ class Frontier:
         reply = self.scripts.dequeue(
             keys=self.script_keys,
             args=[n, self.lease_ms, p.rate, p.burst, _ms(p.delay), call, previous,
-                  *_ids(acks, self.clock.monotonic()), *self.epoch.args()],
+                  *_ids(acks, self.clock.monotonic()), *self.epoch.args(), self.fencing],
         )
-        self.epoch.observe(reply[2].decode(), int(reply[3]), int(reply[4]))  # FrontierLost: nothing done
+        fenced = int(reply[6])
+        self.epoch.observe(reply[2].decode(), int(reply[3]), int(reply[4]), fenced)  # FrontierLost: nothing done
         items = []
-        for i in range(6, len(reply), 3):
+        for i in range(7, len(reply), 3):
             domain, prio, entry = reply[i + 1].split(b"\n", 2)
             items.append(Leased(reply[i].decode(), domain.decode(), int(prio), entry, reply[i + 2].decode()))
         names = reply[5] if len(reply) > 5 else []
         lookups = [(names[i].decode(), names[i + 1].decode()) for i in range(0, len(names), 2)]
         next_due = int(reply[1])
-        return TakeResult(items, int(reply[0]), None if next_due < 0 else next_due, lookups)
+        return TakeResult(items, int(reply[0]), None if next_due < 0 else next_due, lookups, fenced)
 
     def answer(self, lookups: Sequence[Lookup]) -> list[tuple[str, str, int]]:
         """Record lookups' answers (``dns_done.lua``); the addresses this made
@@ -336,11 +348,16 @@ class Frontier:
         flips = self.scripts.dns_done(keys=self.script_keys, args=args)
         return [(flips[i].decode(), flips[i + 1].decode(), int(flips[i + 2])) for i in range(0, len(flips), 3)]
 
-    def delay(self, items: Iterable[tuple[float, str, int, bytes]], acks: Iterable[str | Acknowledgement] = ()) -> int:
-        """Park ``(seconds, domain, priority, entry)`` requests until due."""
+    def delay(self, items: Iterable[tuple[float, str, int, bytes] | tuple[float, str, int, bytes, str | None]],
+              acks: Iterable[str | Acknowledgement] = ()) -> int:
+        """Park ``(seconds, domain, priority, entry[, lease])`` requests until
+        due; one that names the lease it retries is parked only while that
+        lease is still held (else it is void, as a late acknowledgement is:
+        its URL went back to its queue when the lease expired). Returns the
+        number parked."""
         args: list[Any] = _ids(acks, self.clock.monotonic())
-        for seconds, domain, prio, entry in items:
-            args += (max(0, _ms(seconds)), domain, prio, entry)
+        for seconds, domain, prio, entry, *lease in items:
+            args += (max(0, _ms(seconds)), domain, prio, entry, (lease[0] if lease else None) or "")
         return int(self.scripts.delay(keys=self.script_keys, args=args))
 
     def push_domain(self, domain: str, seconds: float) -> int:

@@ -41,7 +41,11 @@ key (after the base)      type    holds
 ``:seq``                  string  id counter of leases and delayed entries
                                   (only grows: the epoch check reads it)
 ``:epoch``                hash    ``id`` and ``created`` ms of this frontier's
-                                  epoch (``epoch.lua``, ``epoch.py``)
+                                  epoch (``epoch.lua``, ``epoch.py``); on a
+                                  Redis Cluster ``node`` (the CLUSTER MYID
+                                  that writes it), ``fenced`` ms and ``from``
+                                  (the node before) of the last failover
+                                  fence (``_lib.lua``'s ``fence()``)
 ``:meta``                 hash    dedup layout; politeness defaults (rate,
                                   burst, delay ms, delay_factor, delay_max ms);
                                   per address: ``ip_delay``, ``ip_shared_delay``,

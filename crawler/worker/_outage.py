@@ -12,11 +12,15 @@ the scheduler does on a loss: one ERROR line with what is known lost, the
 stat ``crawler/exit/error``, and, as ``CRAWLER_ON_FRONTIER_LOSS`` says,
 ``stop`` (nothing more is written to the frontier; the crawl closes with
 finish reason ``frontier_lost``) or ``continue`` (a new epoch; the crawl goes
-on with what is written from now on).
+on with what is written from now on). A Redis Cluster's failover to a
+replica is not a loss: the scripts fence the frontier (every domain waits one
+full delay) and :meth:`LossWatch.failover_seen` says so once per fence,
+forgets what this worker knew seen and hands back what it leased before.
 
 :class:`RedisGuard` runs the scheduler's Redis calls: when one fails with a
 connection error, the outage is logged once, the calls stop, and the next
-attempt comes after a backoff (0.5 s doubling up to 5 s) that wakes the
+attempt comes after a backoff (0.5 s doubling up to 5 s; up to 1 s on a
+Redis Cluster, whose outage is mostly a failover of a few seconds) that wakes the
 engine; the first call that succeeds logs the way back. While Redis is
 away the crawl is paused, not closed (``down`` keeps it open), and what
 was buffered stays buffered. The middlewares that talk to Redis catch
@@ -61,6 +65,7 @@ class LossWatch:
         self.stop = stop  # write nothing more, drop what was leased, close the crawl
         self.stopped = False  # stop: nothing more is written to the frontier
         self._renewing = False  # continue: the loss is told, the new epoch not yet made
+        self.fences_told = 0  # failover fences of the frontier told (Epoch.fences)
 
     def check(self) -> None:
         """Look at the epoch if no dequeue did for :data:`CHECK_EVERY` seconds."""
@@ -68,6 +73,27 @@ class LossWatch:
             return
         if self.frontier.clock.monotonic() - self.frontier.epoch.looked_at >= CHECK_EVERY:
             self.frontier.check_epoch()
+
+    def failover_seen(self, hand_back: Callable[[], int]) -> None:
+        """After a look at the frontier: if it was fenced after a failover
+        since the last look (a replica took over its master, maybe without the
+        master's last writes), say so once, count it, forget the links this
+        worker knew seen (they may be among the writes lost) and
+        ``hand_back()`` the requests leased before the fence and not started
+        (a lost lease started now could come under the delay of the same
+        request leased again on the new master)."""
+        epoch = self.frontier.epoch
+        if epoch.fences == self.fences_told:
+            return
+        self.fences_told = epoch.fences
+        self.forget_seen()
+        handed = hand_back()
+        if self.stats is not None:
+            self.stats.inc_value("crawler/frontier/failover_fences")
+        logger.warning("Frontier %s failed over (a Redis Cluster replica took over its master): every domain "
+                       "of it waits one full delay from the fence before its next request; the master's last "
+                       "writes may be lost, so a request leased or answered just before may be fetched again "
+                       "(%d leased here and not started were handed back)", self.frontier.keys.base, handed)
 
     def lost(self, exc: FrontierLost, *, closing: bool = False) -> None:
         """Say what is lost (once), then stop the crawl or go on in a new epoch.
@@ -123,12 +149,16 @@ class LossWatch:
 
 
 _MAX_BACKOFF = 5.0  # seconds between reconnect attempts during an outage
+#: ... on a Redis Cluster: a failover is over in a few seconds (the node timeout
+#: and an election), and each second more is a second the crawl stands still
+CLUSTER_MAX_BACKOFF = 1.0
 
 
 class RedisGuard:
     def __init__(self, url: str, stats: StatsCollector | None, wake_in: Callable[[float], None],
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, max_backoff: float | None = None) -> None:
         self.url = url
+        self.max_backoff = max_backoff or _MAX_BACKOFF
         self.stats = stats
         self.clock = clock
         self.wake_in = wake_in  # wake the engine this many seconds from now
@@ -184,7 +214,7 @@ class RedisGuard:
             self._inc("crawler/redis/outages")
         self.attempts += 1
         self._inc("crawler/redis/reconnect_attempts")
-        self.retry_at = now + min(_MAX_BACKOFF, 0.25 * 2 ** min(self.attempts, 8))
+        self.retry_at = now + min(self.max_backoff, 0.25 * 2 ** min(self.attempts, 8))
         self.wake_in(self.retry_at - now)
 
     def back(self) -> None:

@@ -39,6 +39,13 @@ if TYPE_CHECKING:
     from crawler.worker.config import FrontierSettings
 
 
+def lease_id(ack: str | Ack | None) -> str | None:
+    """The lease an acknowledgement ends (its wire form's first field)."""
+    if ack is None:
+        return None
+    return ack.partition(":")[0] if isinstance(ack, str) else ack.lease
+
+
 class Outbox:
     def __init__(self, settings: BaseSettings, server: redis.Redis, config: FrontierSettings, spider: str,
                  stats: StatsCollector | None, clock: Clock = SYSTEM) -> None:
@@ -208,8 +215,9 @@ class WriteBuffer:
             delays = self.delays
             leases = [ack for _, _, ack in delays if ack is not None]
             try:
-                self.frontier.delay(
-                    [(seconds, i.domain, i.priority, i.entry) for seconds, i, _ in delays], acks=leases)
+                self.frontier.delay(  # each retry names its lease: void if that expired meanwhile
+                    [(seconds, i.domain, i.priority, i.entry, lease_id(ack)) for seconds, i, ack in delays],
+                    acks=leases)
             except redis.exceptions.OutOfMemoryError:
                 self.out_of_memory(len(delays))
                 self.acks.extend(leases)

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
+from redis.cluster import RedisCluster
 from twisted.internet import task
 
 from crawler.clock import SYSTEM, Clock
@@ -56,7 +57,7 @@ from crawler.store import (
 from crawler.worker._intake import EngineWaker, Intake
 from crawler.worker._leases import Ack, Lease, Leases, Storage
 from crawler.worker._names import Names
-from crawler.worker._outage import FINISH_REASON, LossWatch, RedisGuard
+from crawler.worker._outage import CLUSTER_MAX_BACKOFF, FINISH_REASON, LossWatch, RedisGuard
 from crawler.worker._stats import inc
 from crawler.worker._writes import Inbox, Offers, Outbox, Recent, WriteBuffer
 
@@ -124,7 +125,8 @@ class WorkerSession:
         self._dlq_max = dlq_max
         self._dedup_start_requests = dedup_start_requests
         self._waker = EngineWaker(engine.wake, clock)
-        self._guard = RedisGuard(settings.get("REDIS_URL") or "", stats, self._waker.wake_in, clock)
+        self._guard = RedisGuard(settings.get("REDIS_URL") or "", stats, self._waker.wake_in, clock,
+                                 CLUSTER_MAX_BACKOFF if isinstance(server, RedisCluster) else None)
         self._leases = Leases(clock, config.delay_from, stats, self._writes_ack, self._redo, _unlink,
                               self._storage_stored)
         self.spider_name = ""
@@ -317,7 +319,19 @@ class WorkerSession:
             swept = self._leases.sweep(busy)
             inc(self.stats, "crawler/frontier/acked_by_sweep", swept)
         self._guard.call(self.flush)
-        self._guard.call(self._loss.check)
+        self._guard.call(self._look)
+
+    def _look(self) -> None:
+        """The idle worker's look at the frontier's epoch (and a failover fence)."""
+        self._loss.check()
+        self._loss.failover_seen(lambda: self._hand_back(len(self._intake.buffer)))
+
+    def _hand_back(self, n: int) -> int:
+        """Give the first ``n`` leased requests waiting for the engine back to the frontier."""
+        assert self.frontier is not None
+        buffer = self._intake.buffer
+        stale = [buffer.popleft().lease for _ in range(min(n, len(buffer)))]
+        return self.frontier.release(stale) if stale else 0
 
     def _dequeue(self) -> None:
         """One dequeue, after storing what waits and draining the inbox; the
@@ -332,8 +346,10 @@ class WorkerSession:
             if drained is not None:
                 self._writes.count(drained)
         acks = self._writes.acks
+        waiting = len(self._intake.buffer)  # leased before this call
         self._intake.take(acks, self._engine.room())
         self._writes.acks = []
+        self._loss.failover_seen(lambda: self._hand_back(waiting))
 
     # --- offers --------------------------------------------------------------
 

@@ -8,6 +8,8 @@ import socket
 import ssl
 import subprocess
 import sys
+import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -232,6 +234,19 @@ class TestWebProcess:
             address, hung = (rest + ["", "0"])[:2]
             entries.append(LogEntry(float(ms), host, target, int(status), float(done), address, float(hung)))
         return entries
+
+    def outage(self, share: float, seconds: float, mode: str = "503", seed: int = 0) -> list[str]:
+        """Take ``share`` of the domains down for ``seconds`` from now: their
+        pages and robots.txt answer 503 (with the config's ``Retry-After``)
+        or, with ``mode="timeout"``, nothing (held until the client hangs up
+        or the outage ends); the domains it took (which ones: drawn from
+        ``seed``). Replaces an outage under way; ``seconds=0`` ends it."""
+        query = urllib.parse.urlencode({"share": share, "seconds": seconds, "mode": mode, "seed": seed})
+        try:
+            with self._open(f"{self.base}/__testweb__/outage?{query}", 30) as resp:
+                return list(json.loads(resp.read())["domains"])
+        except urllib.error.HTTPError as err:
+            raise ValueError(err.read().decode().strip()) from None
 
     def counters(self) -> dict[str, int]:
         """Connections, TLS handshakes, resumed handshakes and requests so far."""

@@ -13,7 +13,12 @@ does meanwhile (a step of it between two stamps would be measured as part
 of the interval, by the politeness audits among others).
 ``GET /__testweb__/log?since=N`` returns the log from line N on;
 ``GET /__testweb__/stats`` counts connections, TLS handshakes and the
-handshakes that resumed a session.
+handshakes that resumed a session. ``GET
+/__testweb__/outage?share=0.1&seconds=120&mode=503|timeout&seed=N`` takes a
+share of the domains down for a while (``Site.start_outage``): their pages
+and robots.txt answer 503, or (``timeout``) nothing, the connection held
+until the client hangs up (the log's ``hung`` column) or the outage ends
+(then closed: its ``done``); such a request is logged with status 0.
 
 With a layout the server listens on each of its addresses and on 127.0.0.1,
 all on one port (``listen``). With ``tls`` the port speaks HTTPS only; ``also_plain`` adds a second port
@@ -199,6 +204,11 @@ class HTTPProtocol(asyncio.Protocol):
                 self.log.done(reply.entry)  # the drop is its answer: stamped before it, as answers are
                 self.transport.abort()
                 return
+            if reply.hold:  # an outage's timeout: no byte until the client hangs up or the outage ends
+                reply.entry[4] = 0.0  # not answered (yet): logged as status 0, not as a drop
+                self.waiting = True
+                asyncio.get_running_loop().call_later(reply.hold, self._end_hold, reply.entry)
+                return
             config = self.site.config
             if config.latency_ms:
                 reply.delay += self.rng.lognormvariate(math.log(config.latency_ms / 1000),
@@ -210,6 +220,15 @@ class HTTPProtocol(asyncio.Protocol):
                 )
                 return
             self._reply(reply, keep_alive, head_only)
+
+    def _end_hold(self, entry: list) -> None:
+        """A held request's outage is over: the connection is closed without
+        an answer (stamped as its end), unless the client hung up first."""
+        if self.transport is None or self.current is not entry:
+            return
+        self.log.done(entry)
+        self.transport.abort()
+        self.transport = None
 
     def _delayed(self, reply: Reply, keep_alive: bool, head_only: bool) -> None:
         self.waiting = False
@@ -274,9 +293,25 @@ class HTTPProtocol(asyncio.Protocol):
             return Reply(200, [body], content_type=b"text/tab-separated-values")
         if path == _CONTROL + "stats":
             return Reply(200, [self.counters.to_json()], content_type=b"application/json")
+        if path == _CONTROL + "outage":
+            return self._outage(query)
         if path == _CONTROL + "config":
             return Reply(200, [self.site.config.to_json().encode()], content_type=b"application/json")
         return Reply(404, [b"unknown control path\n"], content_type=b"text/plain")
+
+
+    def _outage(self, query: str) -> Reply:
+        """``outage?share=0.1&seconds=120&mode=503|timeout&seed=N``: start one
+        (Site.start_outage); the answer names the domains it took down."""
+        args = dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
+        try:
+            share, seconds = float(args.get("share", "0.1")), float(args.get("seconds", "120"))
+            chosen = self.site.start_outage(share, seconds, args.get("mode", "503"), int(args.get("seed", "0")))
+        except ValueError as exc:
+            return Reply(400, [f"{exc}\n".encode()], content_type=b"text/plain")
+        body = json.dumps({"domains": [self.site.config.domain(d) for d in chosen], "seconds": seconds,
+                           "mode": self.site.outage_mode})
+        return Reply(200, [body.encode()], content_type=b"application/json")
 
 
 def _bad_request() -> Reply:

@@ -61,6 +61,10 @@ NESTED_UNITS = {
 assert set(NESTED_UNITS) == set(NESTED_KINDS)
 
 
+#: how a site answers during an outage (Site.start_outage)
+OUTAGE_MODES = ("503", "timeout")
+
+
 @dataclass
 class Reply:
     status: int
@@ -69,6 +73,7 @@ class Reply:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     delay: float = 0.0  # seconds to wait before answering
     drop: bool = False  # close the connection without answering
+    hold: float = 0.0  # > 0: answer nothing, hang up this many seconds from now (an outage's "timeout")
     entry: list | None = None  # its line of the request log, completed when sent
 
     @property
@@ -109,6 +114,10 @@ class Site:
         # however long it took to start
         self.robots_asked: dict[int, float] = {}
         self.hosts = {config.domain(i): i for i in range(config.domains)}
+        # a site-wide outage (start_outage): its domains' numbers, mode and end (monotonic)
+        self.outage_domains: frozenset[int] = frozenset()
+        self.outage_mode = "503"
+        self.outage_until = 0.0
         self.hosts.update({"www." + config.domain(i): i for i in range(config.domains)})
         self.robots_bodies: dict[str, bytes] = {}
         self.nested_bodies: dict[str, bytes] = {}
@@ -303,6 +312,41 @@ class Site:
             self.robots_bodies[kind] = body
         return body
 
+    def start_outage(self, share: float, seconds: float, mode: str = "503", seed: int = 0) -> list[int]:
+        """From now, for ``seconds``, ``share`` of the domains (at least one
+        when ``share`` > 0; which ones drawn from ``seed``) answer their pages
+        and robots.txt, on every host and scheme, with 503 and the config's
+        ``Retry-After`` (``mode="503"``) or nothing at all (``"timeout"``: the
+        connection is held without a byte until the client hangs up or the
+        outage ends, then closed). Replaces an outage under way (``seconds``
+        0 ends it). The domains' numbers, in order."""
+        if mode not in OUTAGE_MODES:
+            raise ValueError(f"unknown outage mode {mode!r} (known: {', '.join(OUTAGE_MODES)})")
+        if not 0.0 <= share <= 1.0 or not seconds >= 0:
+            raise ValueError("an outage needs 0 <= share <= 1 and seconds >= 0")
+        count = min(self.config.domains, max(1, round(share * self.config.domains))) if share > 0 else 0
+        chosen = sorted(random.Random(f"testweb-outage-{seed}").sample(range(self.config.domains), count))
+        self.outage_domains = frozenset(chosen)
+        self.outage_mode = mode
+        self.outage_until = time.monotonic() + seconds
+        return chosen
+
+    def outage_left(self, d: int) -> float:
+        """Seconds the outage of domain ``d`` still lasts (0: it has none)."""
+        if d not in self.outage_domains:
+            return 0.0
+        return max(0.0, self.outage_until - time.monotonic())
+
+    def _outage_reply(self, d: int) -> Reply | None:
+        left = self.outage_left(d)
+        if not left:
+            return None
+        if self.outage_mode == "timeout":
+            return Reply(0, [], hold=left)
+        reply = _small(503, "site outage")
+        reply.headers.append((b"Retry-After", str(self.config.retry_after).encode()))
+        return reply
+
     def answer(self, host: str, target: str, secure: bool | None = None) -> Reply:
         """The answer to ``target`` on ``host``; ``secure``: asked over HTTPS
         (None: the scheme of the site)."""
@@ -313,6 +357,10 @@ class Site:
         d = self.hosts.get(name)
         if d is None:
             return _small(404, f"no such domain {name!r}")
+        if self.outage_domains:
+            out = self._outage_reply(d)
+            if out is not None:
+                return out
         if path == "/sitemap.xml" and (self.config.robots_sitemaps or self.config.sitemap_unnamed):
             return Reply(200, [self.sitemaps.domain_sitemap(d)], content_type=b"application/xml")
         if path == "/":

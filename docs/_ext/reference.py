@@ -147,6 +147,7 @@ def metric_families() -> list[Any]:
     stats = {"start_time": datetime.now(timezone.utc), f"{metrics.DEAD_LETTER_STATS}http_404": 1}
     ext.collector.crawler = SimpleNamespace(stats=SimpleNamespace(get_stats=lambda: stats))
     ext.collector.exporter = SimpleNamespace(held=True)
+    ext.collector.probe = SimpleNamespace(last_minute=lambda: 0.0)
     addresses = {**dict.fromkeys(metrics.ADDRESS_GAUGES, 0), "busiest": [{"address": "192.0.2.1", "waiting": 0}]}
     ext.collector.frontier = SimpleNamespace(status=lambda: dict.fromkeys(metrics.FRONTIER_GAUGES, 0),
                                              addresses_status=lambda: addresses)

@@ -38,6 +38,40 @@ def _rss_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
+def _big_containers(top: int = 12) -> list[str]:
+    """The largest lists, dicts, sets and deques, with a sample of what they
+    hold and who holds them: the container that grows shows at the top."""
+    sized = []
+    for o in gc.get_objects():
+        if isinstance(o, (list, dict, set, frozenset)) or type(o).__name__ == "deque":
+            try:
+                n = len(o)
+            except TypeError:
+                continue
+            if n >= 2000:
+                sized.append((n, o))
+    sized.sort(key=lambda x: -x[0])
+    lines = []
+    for n, o in sized[:top]:
+        sample = next(iter(o.items() if isinstance(o, dict) else o), None)
+        holders = []
+        for r in gc.get_referrers(o)[:6]:
+            if r is sized or isinstance(r, list) and len(r) > 100000:
+                continue
+            if isinstance(r, dict):
+                owner = next((type(x).__qualname__ for x in gc.get_referrers(r)
+                              if getattr(x, "__dict__", None) is r), "")
+                key = next((k for k, v in r.items() if v is o), "?")
+                holders.append(f"{owner or 'dict'}.{key}")
+            elif isinstance(getattr(r, "__dict__", None), dict):
+                key = next((k for k, v in vars(r).items() if v is o), "?")
+                holders.append(f"{type(r).__qualname__}.{key}")
+            else:
+                holders.append(type(r).__qualname__)
+        lines.append(f"{type(o).__qualname__} of {n:,}: e.g. {str(sample)[:100]!r}; held by {holders}")
+    return lines
+
+
 class MemTrace:
     def __init__(self, crawler: Crawler) -> None:
         settings = crawler.settings
@@ -86,6 +120,7 @@ class MemTrace:
         types = _types()
         types.subtract(self.base_types)
         lines.append("  object types that grew: " + ", ".join(f"{k} {v:+d}" for k, v in types.most_common(15)))
+        lines.extend(f"  {line}" for line in _big_containers())
         self.write("\n".join(lines) + "\n")
 
     def write(self, text: str) -> None:

@@ -232,3 +232,25 @@ def test_x_robots_tag(values: list[bytes], stops: bool) -> None:
 ])
 def test_meta_robots(metas: list[tuple[str | None, str | None]], stops: bool) -> None:
     assert meta_nofollow(metas, "crawler") is stops
+
+
+def test_remembered_verdicts_are_bounded_over_every_host_and_never_outlive_their_rules(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verdicts a process remembers are capped for all hosts together
+    (per host, they grew with every host met: the soak's memory slope), and
+    a host's new robots.txt is never answered with its old one's verdicts."""
+    from crawler.robots import _rules
+
+    monkeypatch.setattr(_rules, "_VERDICTS", 1000)
+    monkeypatch.setattr(_rules, "_verdicts", {})
+    hosts = [Rules({"mode": "parse", "body": "User-agent: *\nDisallow: /private/\n"}, "crawler") for _ in range(50)]
+    for i, rules in enumerate(hosts):
+        for page in range(100):
+            assert rules.allowed(f"https://d{i}.test/p/{page}.html")
+        assert not rules.allowed(f"https://d{i}.test/private/x")
+    assert 0 < len(_rules._verdicts) <= 1000  # 5,050 URLs judged, a thousand at most remembered
+    old = Rules({"mode": "parse", "body": "User-agent: *\nDisallow: /p/\n"}, "crawler")
+    new = Rules({"mode": "parse", "body": "User-agent: *\nAllow: /\n"}, "crawler")
+    assert not old.allowed("https://e.test/p/1.html")
+    assert new.allowed("https://e.test/p/1.html")  # its own verdict, not the remembered one
+    assert not old.allowed("https://e.test/p/1.html")

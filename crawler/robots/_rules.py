@@ -12,7 +12,12 @@ from crawler.robots import _protego
 from crawler.robots._groups import rfc9309_groups
 from crawler.robots._matcher import Matcher, index
 
-_VERDICTS = 4096  # URLs remembered per host: a site's pages repeat their menus
+#: URLs whose verdict the process remembers, every host's together (a URL is
+#: checked when found and again when fetched). Per host, 4,096 each, it grew
+#: with the hosts a crawl had met: about 1 MB a minute per process in the soak
+#: (bench/bench_soak.py, bench/memtrace.py), never flat.
+_VERDICTS = 65_536
+_verdicts: dict[str, tuple[Rules, bool]] = {}  # url -> (the rules that judged it, the verdict)
 _INDEXED = 32  # rules in a group from which the index pays for itself
 
 
@@ -41,7 +46,6 @@ class Rules:
             self.parser, self.delay, rules = _parse(record.get("body", ""), agent)
             if len(rules) >= _INDEXED:
                 self.matcher = Matcher(index(rules))
-        self.verdicts: dict[str, bool] = {}
 
     @classmethod
     def from_compiled(cls, text: str, agent: str) -> Rules:
@@ -50,16 +54,17 @@ class Rules:
     def allowed(self, url: str) -> bool:
         if self.matcher is None and self.parser is None:
             return self.mode == "allow"
-        verdict = self.verdicts.get(url)
-        if verdict is None:
-            if self.matcher is None:
-                verdict = bool(self.parser.can_fetch(url, self.agent))  # type: ignore[union-attr]
-            else:
-                path = _protego.quote_path(url)
-                verdict = self.matcher.allowed(path) or _is_robots_txt(url)
-            if len(self.verdicts) >= _VERDICTS:
-                self.verdicts.clear()
-            self.verdicts[url] = verdict
+        known = _verdicts.get(url)
+        if known is not None and known[0] is self:  # judged by these rules (not older ones of the host)
+            return known[1]
+        if self.matcher is None:
+            verdict = bool(self.parser.can_fetch(url, self.agent))  # type: ignore[union-attr]
+        else:
+            path = _protego.quote_path(url)
+            verdict = self.matcher.allowed(path) or _is_robots_txt(url)
+        if len(_verdicts) >= _VERDICTS:
+            _verdicts.clear()
+        _verdicts[url] = (self, verdict)
         return verdict
 
     def crawl_delay(self) -> float | None:

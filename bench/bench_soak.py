@@ -207,7 +207,7 @@ class Soak:
         logs = self.out / "logs"
         logs.mkdir(exist_ok=True)
         with open(logs / f"{w.name}.log", "wb") as f:
-            w.proc = subprocess.Popen(["taskset", "-c", "0", *cmd], cwd=ROOT, env=env, stdout=f, stderr=f)
+            w.proc = subprocess.Popen(["taskset", "-c", str(a.worker_cpu), *cmd], cwd=ROOT, env=env, stdout=f, stderr=f)
         w.started = time.time()
         print(f"  {self.clock()} started worker {w.name} (pid {w.proc.pid}, {remaining} s to go)", flush=True)
 
@@ -546,6 +546,7 @@ def main() -> int:
     p.add_argument("--latency-ms", type=float, default=200.0)
     p.add_argument("--bandwidth", type=int, default=500_000)
     p.add_argument("--sample", type=float, default=60.0, help="seconds between samples")
+    p.add_argument("--worker-cpu", type=int, default=0, help="the CPU the workers run on (the test web and Redis: 1)")
     p.add_argument("--chaos", action="store_true", help="throw the fault schedule at the run")
     p.add_argument("--seed", type=int, help="with --chaos: the faults at random times drawn from this seed")
     p.add_argument("--schedule", help="KIND@MINUTE,... instead (kinds: " + ", ".join(DURATIONS) + ")")

@@ -325,6 +325,23 @@ def test_marks_are_read_on_the_clock(redis_url: str, clock: ManualClock, delay_f
     assert leases.new(Leased("8", "a.test", 0, b"")).acknowledgement().wire(clock.monotonic()) == "8:0"
 
 
+def test_a_cut_answer_is_marked_a_round_trip_later(redis_url: str, clock: ManualClock) -> None:
+    """An answer the crawler hung up on (its page cap) ends at the site when
+    the site sees the hang-up: its mark is the time to the headers later."""
+    sent: list[Ack] = []
+    leases = Leases(clock, "finish", crawler_for(redis_url).stats, sent.append, lambda *_: None,
+                    lambda _: None, lambda: None)
+    lease = leases.new(Leased("9", "a.test", 0, b""))
+    leases.lend(lease, Request("http://a.test/"))
+    lease.began()
+    lease.ended(0.2, cut=True)
+    lease.ack(STORED)
+    (ack,) = sent
+    assert ack.wire(clock.monotonic()) == "9:-200:200:s"  # the domain's turn counts from 200 ms from now
+    clock.advance(0.5)
+    assert ack.wire(clock.monotonic()) == "9:300:200:s"
+
+
 def test_an_acks_age_sets_the_domains_next_turn(redis_client: redis.Redis, clock: ManualClock) -> None:
     f = make(redis_client, clock, politeness=Politeness(delay=1))
     f.add([item("u0"), item("u1")])

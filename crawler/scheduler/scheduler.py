@@ -220,7 +220,8 @@ class FrontierScheduler:
     def _ended(self, response: Response, request: Request, **_: Any) -> None:
         lease = self.session.lease_of(request)
         if lease is not None:
-            lease.ended(request.meta.get("download_latency"))
+            # the crawler hung up on it (the page cap, a stopped download): the site sees the end later
+            lease.ended(request.meta.get("download_latency"), cut="download_stopped" in response.flags)
 
 
 def _age(seconds: float) -> str:

@@ -33,6 +33,7 @@ frontier's (``crawler/store/ledger.py``).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
@@ -52,7 +53,8 @@ class Ack(NamedTuple):
     end: str = ""  # one of ENDS; "" when the request moved on (a retry, a hand-back)
 
     def wire(self, now: float) -> str:
-        age = "" if self.mark is None else str(max(0, int((now - self.mark) * 1000)))
+        # a mark later than now (a cut answer's, Lease.ended) is a negative age: the turn counts from then
+        age = "" if self.mark is None else str(math.floor((now - self.mark) * 1000))
         if self.end:
             duration = "" if self.duration is None else str(int(self.duration * 1000))
             return f"{self.lease}:{age}:{duration}:{self.end}"
@@ -111,6 +113,7 @@ class Lease:
         self._began: float | None = None
         self._ended: float | None = None
         self._latency: float | None = None
+        self._margin = 0.0  # seconds the mark comes after the end (a cut answer's)
         self._table = table
 
     @property
@@ -122,10 +125,17 @@ class Lease:
         """The response's headers arrived (now, on the session's clock)."""
         self._began = self._table.clock.monotonic()
 
-    def ended(self, latency: float | None = None) -> None:
-        """The response's last byte arrived; ``latency``: the download's, when known."""
+    def ended(self, latency: float | None = None, *, cut: bool = False) -> None:
+        """The response's last byte arrived; ``latency``: the download's, when known.
+        ``cut``: this end hung up on an answer the site was still sending (a
+        size cap, a stopped download): the site's answer ends when it sees the
+        hang-up, up to a round trip later, so the mark is placed that much
+        later, the time to the headers (``latency``, at least a round trip)
+        standing for it. Without it the site could see the next request a few
+        ms under the delay (the soak: 6 intervals of 9.98-10.00 s in 30 min)."""
         self._ended = self._table.clock.monotonic()
         self._latency = latency
+        self._margin = (latency or 0.0) if cut else 0.0
 
     def fetched(self, began: float, ended: float) -> None:
         """A fetch made for this lease outside the downloader (its robots.txt)
@@ -160,7 +170,7 @@ class Lease:
         ended = now if self._ended is None else self._ended  # failed or never sent: it ends now
         began = ended if self._began is None else self._began
         duration = (self._latency or 0.0) + (ended - began) if self._latency is not None else None
-        return Ack(self.id, ended if self._table.finish else began, duration, end)
+        return Ack(self.id, ended + self._margin if self._table.finish else began, duration, end)
 
 
 class Leases:

@@ -83,7 +83,7 @@ SCHEDULE = (
 )
 DURATIONS = {kind: seconds for kind, _, seconds in SCHEDULE}
 WEB_CIDR = "127.1.0.0/16"  # the test web's layout addresses (devkit.testweb.config.layout_address)
-IN_NAMESPACE = "CRAWLER_SOAK_NAMESPACE"
+IN_NAMESPACE = "SOAK_IN_NAMESPACE"  # set in the re-run inside the namespaces
 FRONTIER = "crawler:{billion:0}"  # billion's frontier (crawler.store.Keys("crawler", "billion", 0).base)
 
 

@@ -176,6 +176,24 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str = "", every
         time.sleep(every)
 
 
+@contextmanager
+def private_tmpfs(folder: Path, size_bytes: int) -> Iterator[Path]:
+    """A real tmpfs of ``size_bytes`` at ``folder``, in a mount namespace a
+    holder process keeps (``devkit.chaos.on_private_tmpfs``); yields the
+    folder as this process reaches it, through the holder's mounts."""
+    from devkit import chaos
+
+    folder.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(chaos.on_private_tmpfs(folder, size_bytes, ["sleep", "infinity"]))
+    try:
+        disk = chaos.in_mounts_of(holder.pid, folder)
+        wait_until(lambda: os.path.ismount(disk), 10, "the tmpfs mounted")
+        yield disk
+    finally:
+        holder.terminate()
+        holder.wait(timeout=10)
+
+
 def have_redis() -> bool:
     try:
         find_redis_server()

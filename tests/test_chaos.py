@@ -33,7 +33,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from devkit import chaos
 from devkit.testweb.control import LogEntry, TestWebProcess, consecutive
-from tests.servers import ROOT, RedisServer, run_scrapy, scrapy_env, wait_until
+from tests.servers import ROOT, RedisServer, private_tmpfs, run_scrapy, scrapy_env, wait_until
 
 pytestmark = pytest.mark.faults
 DELAY = 0.2
@@ -133,11 +133,7 @@ def test_the_primitives_freeze_fill_and_refuse_to_touch_the_host(tmp_path: Path)
     if chaos.can_unshare():
         return
     folder = tmp_path / "disk"
-    folder.mkdir()
-    holder = subprocess.Popen(chaos.on_private_tmpfs(folder, 1_000_000, ["sleep", "infinity"]))
-    try:
-        disk = chaos.in_mounts_of(holder.pid, folder)
-        wait_until(lambda: os.path.ismount(disk), 10, "the tmpfs mounted")
+    with private_tmpfs(folder, 1_000_000) as disk:
         assert not os.path.ismount(folder)  # not in this process's mounts
         with chaos.disk_full(disk) as filler:
             assert chaos.free_bytes(disk) == 0
@@ -147,9 +143,6 @@ def test_the_primitives_freeze_fill_and_refuse_to_touch_the_host(tmp_path: Path)
         assert not filler.exists() and chaos.free_bytes(disk) > 900_000
         with chaos.disk_full(disk, leave=8192):
             assert 8192 <= chaos.free_bytes(disk) < 8192 + 2 * 4096
-    finally:
-        holder.terminate()
-        holder.wait(timeout=10)
 
 
 def test_a_worker_frozen_past_its_leases_fetches_nothing_twice_but_its_page_in_flight(

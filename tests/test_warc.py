@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import gzip
-import os
 import random
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from warcio.archiveiterator import ArchiveIterator
 from crawler.clock import ManualClock
 from crawler.warcfile import Page, WarcWriter
 from devkit import chaos
-from tests.servers import ROOT, scrapy_env, wait_until
+from tests.servers import ROOT, private_tmpfs, scrapy_env, wait_until
 
 
 def read_warc(paths: list[Path]) -> list:
@@ -150,16 +149,8 @@ def small_disk(tmp_path: Path):  # type: ignore[no-untyped-def]
     why = chaos.can_unshare()
     if why:
         pytest.skip(why)
-    folder = tmp_path / "disk"
-    folder.mkdir()
-    holder = subprocess.Popen(chaos.on_private_tmpfs(folder, 1_000_000, ["sleep", "infinity"]))
-    try:
-        disk = chaos.in_mounts_of(holder.pid, folder)
-        wait_until(lambda: os.path.ismount(disk), 10, "the tmpfs mounted")
+    with private_tmpfs(tmp_path / "disk", 1_000_000) as disk:
         yield disk
-    finally:
-        holder.terminate()
-        holder.wait(timeout=10)
 
 
 @pytest.mark.parametrize("max_queued", [4, 0], ids=["thread", "inline"])

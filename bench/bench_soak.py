@@ -44,7 +44,10 @@ worker killed or frozen at a fault (the first arrived before the fault, the
 second after it: the lease died with the worker, or expired while it was
 frozen), when the first answer never reached the crawler (the client hung
 up, or the network was cut), or when it was leased from a master lost in a
-failover; any other is a failed promise.
+failover; any other is a failed promise. An interval under a delay after
+a request the site held unanswered (an outage) that the crawler gave up on
+while the network was cut is counted apart: its reset could not reach the
+site, which logged the request open.
 """
 
 from __future__ import annotations

@@ -47,8 +47,14 @@ def summarize(soak: Soak) -> dict[str, Any]:
     # under the ip delay from the end of an answer, or after one never answered (nor hung up on)
     offenders = [(x, y) for x, y in consecutive(log, by="address")
                  if (x.done and y.ms - x.done < a.ip_delay * 1000) or not (x.done or x.hung)]
+    # a request the site held with no answer (an outage) that the crawler gave up on while the network
+    # was cut: its reset never reached the site, which logged it open until the outage ended
+    cuts = [(f.started * 1000, f.ended * 1000) for f in soak.faults if f.kind == "network"]
+    unseen = [(x, y) for x, y in offenders if partitioned(x, y, cuts)]
+    under_all = under
+    under = [(x, y) for x, y in under if not partitioned(x, y, cuts)]
     with open(soak.out / "offenders.tsv", "w") as out:  # every interval under a delay, for a closer look
-        for kind, pairs in (("domain", under), ("address", offenders)):
+        for kind, pairs in (("domain", under_all), ("address", offenders)):
             for x, y in pairs:
                 out.write(f"{kind}\t{x.address}\t{x.domain}{x.target}\t{x.status}\t{x.ms:.1f}\t{x.done:.1f}\t"
                           f"{x.hung:.1f}\t{y.domain}{y.target}\t{y.status}\t{y.ms:.1f}\t{y.done:.1f}\n")
@@ -87,7 +93,8 @@ def summarize(soak: Soak) -> dict[str, Any]:
         "site_intervals_under_delay": len(under),
         "site_intervals_under_delay_examples": [f"{x.domain}{x.target} -> {y.target}: {(y.ms - (x.done or x.ms)) / 1000:.3f} s"
                                                 for x, y in under[:10]],
-        "address_intervals_under_ip_delay": per_address["under"],
+        "address_intervals_under_ip_delay": len(offenders) - len(unseen),
+        "intervals_hang_up_unseen_in_a_cut": {"domain": len(under_all) - len(under), "address": len(unseen)},
         "address_most_in_flight": max(per_address["in_flight"].values(), default=0),
         # requests/s after the warm-up against the combined bound (bench_openweb.py's: per domain and per address)
         "requests_per_s": sum(1 for e in log if e.ms >= warm * 1000) / max(1.0, soak.end - warm),
@@ -101,6 +108,13 @@ def summarize(soak: Soak) -> dict[str, Any]:
         "exits": [e for w in soak.workers for e in w.exits],
         "findings": soak.findings,
     }
+
+
+def partitioned(x: LogEntry, y: LogEntry, cuts: list[tuple[float, float]]) -> bool:
+    """``x`` was held unanswered by the site (status 0: an outage) and a
+    network cut began after it arrived and before ``y`` did: the crawler's
+    hang-up could not reach the site, which logged ``x`` open until later."""
+    return x.status == 0 and not x.hung and any(x.ms < lo < y.ms for lo, _ in cuts)
 
 
 def third_figures(soak: Soak) -> dict[str, Any]:
@@ -298,6 +312,11 @@ def report(s: dict[str, Any], soak: Soak) -> None:
               f"made void {ledger['delay_void']}, failovers fenced {ledger['failover_fences']}")
     print(f"WARC: {s['warc']['files']} files, {s['warc']['responses']:,} response records, "
           f"{s['warc']['distinct_pages']:,} distinct pages, {len(s['warc']['unreadable'])} unreadable")
+    unseen = s["intervals_hang_up_unseen_in_a_cut"]
+    if unseen["domain"] or unseen["address"]:
+        print(f"site: {unseen['domain']} per domain and {unseen['address']} per address after a request the site "
+              "held (an outage) and the crawler gave up on while the network was cut: its reset never arrived; "
+              "counted apart")
     print(f"site: {s['site_intervals_under_delay']} intervals under the {s['delay']:g} s delay "
           f"{s['site_intervals_under_delay_examples'][:3]}; {s['address_intervals_under_ip_delay']} under the "
           f"{s['ip_delay']:g} s ip delay, at most {s['address_most_in_flight']} in flight at one address; "

@@ -87,3 +87,19 @@ def test_soak_schedule_is_in_the_run_and_refuses_unknown_faults() -> None:
     args.schedule = "meteor@3"
     with pytest.raises(SystemExit, match="unknown fault 'meteor'"):
         soak.schedule()
+
+
+def test_soak_counts_apart_a_hang_up_the_site_could_not_see() -> None:
+    """A request the site held (an outage, status 0) that the crawler gave
+    up on while the network was cut: the site logged it open, the next one
+    came; only a cut between the two explains it."""
+    from bench.soak_report import partitioned
+    from devkit.testweb.control import LogEntry
+
+    held = LogEntry(1_000, "a.test", "/p/1.html", 0, 50_000)  # held, then closed by the outage's end
+    after = LogEntry(41_000, "a.test", "/p/2.html", 200, 41_200)
+    assert partitioned(held, after, [(20_000, 40_000)])
+    assert not partitioned(held, after, [])  # no cut: a real interval under the delay
+    assert not partitioned(held, after, [(45_000, 65_000)])  # the cut came after the next request
+    answered = held._replace(status=200)
+    assert not partitioned(answered, after, [(20_000, 40_000)])  # an answer the site sent is no excuse

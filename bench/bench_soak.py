@@ -28,7 +28,8 @@ web can be cut without touching the host. The faults (``--chaos``; at the
 default times below, at seeded random times with ``--seed``, or as
 ``--schedule``), each named in the log with what it cost:
 
-- ``kill``: SIGKILL a worker, restart it 5 s later (its leases die with it);
+- ``kill``: SIGKILL a worker (its leases die with it); the bench's
+  supervisor restarts it at once, as systemd would;
 - ``stop``: SIGSTOP a worker for 30 s, then SIGCONT;
 - ``redis_restart``: restart Redis (AOF on; SIGTERM, the same port and data);
   on a cluster: SIGKILL a master, let its replica take over (``failover``);
@@ -73,6 +74,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_openweb import PROFILES, SHARED_CONCURRENCY, SHARED_DELAY, memory_split  # noqa: E402
+from bench.memtrace import rss_mb  # noqa: E402
 from bench.soak_report import plot, promises, report, summarize  # noqa: E402
 from devkit.testweb.config import WebConfig  # noqa: E402
 from devkit.testweb.control import LogEntry, TestWebProcess  # noqa: E402
@@ -327,14 +329,14 @@ class Soak:
         alive = [w for w in self.workers if w.proc is not None and w.proc.poll() is None]
         return alive[len(self.faults) % len(alive)] if alive else self.workers[0]
 
-    def fault_kill(self, f: Fault, restart_after: float = 5.0) -> None:
+    def fault_kill(self, f: Fault, window: float = 5.0) -> None:
         w = self.pick()
         f.target = w.name
         w.expected_exit = True
         assert w.proc is not None
         w.proc.send_signal(signal.SIGKILL)
         f.cost["leases_out_before"] = self.last_leases
-        time.sleep(restart_after)
+        time.sleep(window)  # the fault's window (its cost is measured around it)
         # the supervisor restarts it on its next round
 
     def fault_stop(self, f: Fault) -> None:
@@ -489,8 +491,7 @@ def process_sample(pid: int, port: int) -> dict[str, Any]:
     s: dict[str, Any] = {"pid": pid}
     try:
         s["cpu_s"] = cpu_seconds(pid)
-        with open(f"/proc/{pid}/status") as f:
-            s["rss_mb"] = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+        s["rss_mb"] = rss_mb(pid)
         links = [os.readlink(p) for p in Path(f"/proc/{pid}/fd").iterdir()]
         s["fds"] = len(links)
         s["memory"] = memory_split(pid)  # glibc's heap, other anonymous (Python's arenas), files

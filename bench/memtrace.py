@@ -33,8 +33,9 @@ def _types() -> Counter[str]:
     return Counter(type(o).__qualname__ for o in gc.get_objects())
 
 
-def _rss_mb() -> float:
-    with open("/proc/self/status") as f:
+def rss_mb(pid: int | str = "self") -> float:
+    """The resident size of process ``pid`` (this one by default), MB."""
+    with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
 
 
@@ -103,7 +104,7 @@ class MemTrace:
         tracemalloc.start(self.frames)
         self.base = tracemalloc.take_snapshot()
         self.base_types = _types()
-        self.write(f"--- tracing from {time.monotonic() - self.started:.0f} s, RSS {_rss_mb():.0f} MB, "
+        self.write(f"--- tracing from {time.monotonic() - self.started:.0f} s, RSS {rss_mb():.0f} MB, "
                    f"pages {self.pages()}\n")
         self.loop.start(self.interval, now=False)
 
@@ -113,7 +114,7 @@ class MemTrace:
 
     def tick(self) -> None:
         snap = tracemalloc.take_snapshot()
-        lines = [f"--- {time.monotonic() - self.started:.0f} s, RSS {_rss_mb():.0f} MB, pages {self.pages()}, "
+        lines = [f"--- {time.monotonic() - self.started:.0f} s, RSS {rss_mb():.0f} MB, pages {self.pages()}, "
                  f"traced {tracemalloc.get_traced_memory()[0] / 2**20:.1f} MB"]
         for stat in snap.compare_to(self.base, "lineno")[:25]:
             lines.append(f"  {stat.size_diff / 1024:+9.0f} kB {stat.count_diff:+8d}  {stat.traceback}")

@@ -27,11 +27,11 @@ def test_help_and_list_start_nothing() -> None:
 
 def test_openweb_memory_split_adds_up_to_the_resident_size() -> None:
     from bench.bench_openweb import memory_split
+    from bench.memtrace import rss_mb
 
     block = b"x" * (64 << 20)  # written, so resident: anonymous memory of this process
     split = memory_split(os.getpid())
-    with open(f"/proc/{os.getpid()}/status") as f:
-        rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) / 1024
+    rss = rss_mb(os.getpid())
     assert len(block) and split["anon"] >= 64
     assert split["files"] > 0  # the interpreter's own code
     assert abs(sum(split.values()) - rss) < 0.05 * rss, (split, rss)

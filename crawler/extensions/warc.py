@@ -152,6 +152,7 @@ class WarcExtension:
         return 0 if writer is None else max(0, writer.queued - writer.written)
 
     def _free(self) -> int | None:
+        """Bytes free in the folder now (kept in :attr:`free`); None if it cannot be read."""
         try:
             st = os.statvfs(self.directory)
         except OSError:
@@ -275,12 +276,8 @@ class WarcExtension:
             deferred_from_coro(engine.close_spider_async(reason="warc_failed"))
 
     def _check_space(self) -> None:
-        try:
-            st = os.statvfs(self.directory)
-        except OSError:
-            return
-        free = self.free = st.f_bavail * st.f_frsize
-        if self.crawler.engine is None:
+        free = self._free()
+        if free is None or self.crawler.engine is None:
             return
         if free < self.min_free and self.paused_at is None:
             self._pause()
@@ -299,11 +296,7 @@ class WarcExtension:
         self.paused_at = None
         self.stats.inc_value("crawler/warc/low_space_seconds", round(paused, 3))
         self.stats.set_value("crawler/warc/closed_paused", 1)
-        try:
-            st = os.statvfs(self.directory)
-            self.free = st.f_bavail * st.f_frsize
-        except OSError:
-            pass  # the last look's figure
+        self._free()  # unreadable: the last look's figure
         free = "?" if self.free is None else f"{self.free // 10**6}"
         if self.stats.get_value("crawler/exit/error"):
             return

@@ -39,13 +39,6 @@ if TYPE_CHECKING:
     from crawler.worker.config import FrontierSettings
 
 
-def lease_id(ack: str | Ack | None) -> str | None:
-    """The lease an acknowledgement ends (its wire form's first field)."""
-    if ack is None:
-        return None
-    return ack.partition(":")[0] if isinstance(ack, str) else ack.lease
-
-
 class Outbox:
     def __init__(self, settings: BaseSettings, server: redis.Redis, config: FrontierSettings, spider: str,
                  stats: StatsCollector | None, clock: Clock = SYSTEM) -> None:
@@ -216,7 +209,8 @@ class WriteBuffer:
             leases = [ack for _, _, ack in delays if ack is not None]
             try:
                 self.frontier.delay(  # each retry names its lease: void if that expired meanwhile
-                    [(seconds, i.domain, i.priority, i.entry, lease_id(ack)) for seconds, i, ack in delays],
+                    [(seconds, i.domain, i.priority, i.entry, None if ack is None else ack.lease)
+                     for seconds, i, ack in delays],
                     acks=leases)
             except redis.exceptions.OutOfMemoryError:
                 self.out_of_memory(len(delays))

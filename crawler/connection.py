@@ -12,7 +12,9 @@ there), unless ``CRAWLER_EMBEDDED_REDIS`` is true; any other project starts
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -23,7 +25,15 @@ from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCov
 from redis.retry import Retry
 from scrapy.settings import BaseSettings
 
+from crawler._breaker import guarded, wait_answering
+from crawler.clock import SYSTEM
 from crawler.settings_registry import setting
+
+logger = logging.getLogger(__name__)
+
+#: seconds a worker starting waits for a Redis that accepts its connection
+#: but does not answer, before it gives up
+START_WAIT = 60.0
 
 #: the Redis errors of an outage (Redis away, not answering, loading; a
 #: Redis Cluster failing over: down, a slot without a master, a slot moving):
@@ -159,7 +169,9 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
 
     ``REDIS_PARAMS`` (a dict) is passed to redis-py as scrapy-redis does.
     ``CRAWLER_REDIS_CLUSTER`` makes it a Redis Cluster client (``REDIS_URL``
-    names any one node).
+    names any one node). A standalone server that does not answer within
+    ``socket_timeout`` makes the client's calls fail at once until it
+    answers again (:mod:`crawler._breaker`).
     Raises :class:`RedisUnavailable` with a one-line message naming the URL
     (password masked) when the URL is malformed or the server unreachable.
     """
@@ -168,9 +180,11 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
         "socket_timeout": 10,
         "socket_connect_timeout": 3,
         "health_check_interval": 30,
-        # a few quick retries only: longer outages are the scheduler's to ride
-        # out, without blocking the reactor for seconds at a time
-        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 2),
+        # a few quick retries of a refused or broken connection only: longer
+        # outages are the scheduler's to ride out, and a call that timed out is
+        # not sent again (a silent Redis would hold the reactor once more)
+        "retry": Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), 2,
+                       supported_errors=(redis.ConnectionError,)),
     }
     kwargs.update(settings.getdict("REDIS_PARAMS"))
     kwargs.update(params)
@@ -188,9 +202,12 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
         raise RedisUnavailable(f"invalid REDIS_URL {mask_url(url)}: {exc}") from None
     except (redis.ConnectionError, RedisClusterException, OSError) as exc:  # a cluster connects at once
         raise RedisUnavailable(f"cannot connect to Redis at {mask_url(url)}: {_reason(exc)}") from None
+    if not cluster:  # a silent server costs one socket_timeout, not one per call (crawler/_breaker.py)
+        pool = client.connection_pool
+        pool.connection_class = guarded(pool.connection_class)
     if check:
         try:
-            client.ping()
+            _ping_at_start(client, url)
         except redis.AuthenticationError as exc:
             raise RedisUnavailable(
                 f"Redis at {mask_url(url)} refused the credentials: {exc}"
@@ -202,6 +219,38 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
         except redis.ResponseError as exc:
             raise RedisUnavailable(f"Redis at {mask_url(url)} answered: {exc}") from None
     return client
+
+
+def _ping_at_start(client: redis.Redis | RedisCluster, url: str) -> None:
+    """PING; a server that accepts the connection but does not answer
+    (paused, a long fork; on a Redis Cluster, a master failing over) is
+    waited for up to :data:`START_WAIT` seconds before the start fails: a
+    worker restarted by its supervisor during such a pause starts when it
+    ends. A refused connection fails at once (a wrong URL, or a server not
+    started)."""
+    cluster = isinstance(client, RedisCluster)
+    silent = (redis.TimeoutError, ClusterDownError, TryAgainError, SlotNotCoveredError) if cluster \
+        else (redis.TimeoutError,)
+    try:
+        client.ping()
+        return
+    except silent:
+        pass
+    logger.warning("Redis at %s accepts connections but does not answer: waiting up to %.0fs for it",
+                   mask_url(url), START_WAIT)
+    deadline = SYSTEM.monotonic() + START_WAIT
+    pause = threading.Event()
+    while (left := deadline - SYSTEM.monotonic()) > 0:
+        if cluster:  # no breaker: try again shortly (each try waits up to its socket timeout)
+            pause.wait(min(0.5, left))
+        elif not wait_answering(client.connection_pool.connection_class, left):
+            break
+        try:
+            client.ping()
+            return
+        except silent:
+            continue
+    raise redis.TimeoutError(f"no answer within {START_WAIT:.0f}s")
 
 
 def persistence_warning(client: redis.Redis | RedisCluster, key: str = "") -> str | None:

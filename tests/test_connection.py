@@ -76,3 +76,96 @@ def test_scrapy_crawl_with_bad_redis_url_prints_one_line(url: str) -> None:
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("crawler: error: ")
     assert "topsecret" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_silent_redis_costs_one_socket_timeout_then_calls_fail_unsent(tmp_path: Path) -> None:
+    """SIGSTOP: the first call waits its socket timeout; the calls after it are
+    refused before they are sent (RedisNotAnswering, not a second timeout),
+    the server is never asked them, and the first ping it answers after
+    SIGCONT lets calls through again."""
+    import redis
+
+    from crawler._breaker import RedisNotAnswering
+    from devkit import chaos
+    from tests.servers import wait_until
+
+    server = RedisServer(tmp_path / "r").start()
+    try:
+        client = get_redis(Settings({"REDIS_URL": server.url, "REDIS_PARAMS": {"socket_timeout": 0.5}}))
+        client.set("k", "1")
+        assert server.proc is not None
+        with chaos.stopped(server.proc.pid):
+            with pytest.raises(redis.TimeoutError) as first:
+                client.incr("k")
+            assert not isinstance(first.value, RedisNotAnswering)  # this one was sent and waited
+            for _ in range(3):
+                with pytest.raises(RedisNotAnswering):
+                    client.incr("k")
+            with pytest.raises(RedisNotAnswering):
+                client.pipeline().incr("k").incr("k").execute()
+        wait_until(lambda: _answers(client), 10, "calls let through once Redis answers a ping")
+        # 1, +1 by the incr that timed out (it was in the server's socket and ran), +1 by the first
+        # that went through after: none refused here ever reached the server
+        assert int(client.get("k")) == 3
+    finally:
+        server.stop()
+
+
+def _answers(client) -> bool:  # type: ignore[no-untyped-def]
+    import redis
+
+    try:
+        client.incr("k")
+    except redis.TimeoutError:
+        return False
+    return True
+
+
+def test_a_worker_starting_while_redis_is_silent_waits_for_it(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A worker restarted by its supervisor while Redis is paused (the
+    soak's `together` fault: its start failed after one socket timeout)
+    waits for Redis to answer, up to ``START_WAIT``, and starts."""
+    import threading
+
+    from devkit import chaos
+    from tests.servers import wait_until
+
+    server = RedisServer(tmp_path / "r").start()
+    assert server.proc is not None
+    started: list[object] = []
+    try:
+        with chaos.stopped(server.proc.pid):
+            thread = threading.Thread(target=lambda: started.append(_start(server.url)))
+            thread.start()
+            wait_until(lambda: "accepts connections but does not answer" in caplog.text, 10, "the wait logged")
+            assert not started
+        thread.join(10)
+        assert not thread.is_alive() and len(started) == 1 and not isinstance(started[0], Exception), started
+        assert started[0].ping()  # type: ignore[attr-defined]
+    finally:
+        server.stop()
+
+
+def test_a_redis_silent_past_the_start_wait_fails_the_start_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from crawler import connection
+    from devkit import chaos
+
+    monkeypatch.setattr(connection, "START_WAIT", 1.0)
+    server = RedisServer(tmp_path / "r").start()
+    assert server.proc is not None
+    try:
+        with chaos.stopped(server.proc.pid):
+            error = _start(server.url)
+        assert isinstance(error, RedisUnavailable)
+        assert str(error) == f"cannot connect to Redis at {server.url}: no answer within 1s"
+    finally:
+        server.stop()
+
+
+def _start(url: str) -> object:
+    """get_redis as a worker's start calls it (checked); the error if it fails."""
+    try:
+        return get_redis(Settings({"REDIS_URL": url, "REDIS_PARAMS": {"socket_timeout": 0.5}}), check=True)
+    except RedisUnavailable as exc:
+        return exc

@@ -209,3 +209,68 @@ def test_the_process_keeps_rules_for_their_lifetime_on_the_crawls_clock(redis_ur
         assert crawler.stats.get_value("crawler/robots/shared_hits") == 2
     finally:
         scheduler.close("finished")
+
+
+def test_a_robots_fetch_mark_is_not_kept_when_redis_fails_after_it(tmp_path: Path) -> None:
+    """A robots.txt fetched, then Redis lost before its record is stored: the
+    request is handed back to wait for Redis, and the fetch's mark (kept for
+    the request's lease, per origin) goes with it; it stayed behind for good
+    when the frontier then leased the domain to another process. The engine
+    is a stand-in whose download stops the real Redis and fails, to place the
+    loss exactly between the fetch and the store."""
+    import asyncio
+
+    from scrapy import Request
+
+    from crawler.middlewares.robots import SharedRobotsMiddleware
+    from crawler.scheduler import FrontierScheduler
+    from crawler.worker.config import FrontierSettings
+    from tests.servers import RedisServer, crawler_for
+
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        crawler = crawler_for(server.url, ROBOTSTXT_OBEY=True, SCHEDULER="crawler.scheduler.FrontierScheduler",
+                              REDIS_PARAMS={"socket_timeout": 2, "socket_connect_timeout": 2})
+        scheduler = FrontierScheduler(crawler, redis.Redis.from_url(server.url),
+                                      FrontierSettings.from_settings(crawler.settings))
+        scheduler.open(crawler.spider)
+        robots = SharedRobotsMiddleware(crawler)
+
+        async def download_async(request: Request) -> None:
+            assert request.url == "http://a.test/robots.txt"
+            server.stop()
+            raise ConnectionRefusedError("the site is down too")
+
+        crawler.engine.download_async = download_async  # type: ignore[union-attr,method-assign]
+        handed_back = asyncio.run(robots.process_request(Request("http://a.test/p")))
+        assert handed_back is not None and handed_back.url == "http://a.test/p"
+        assert crawler.stats.get_value("crawler/robots/fetched") == 1
+        assert crawler.stats.get_value("crawler/robots/redis_unavailable") == 1
+        assert robots.fetched == {}, robots.fetched
+        assert robots.fetching == {} and robots.pins == {}
+    finally:
+        server.stop()
+
+
+def test_the_rules_a_process_keeps_are_bounded_in_bytes(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts' rules kept in a process are capped in count and in bytes: a
+    crawl meeting many hosts with big robots.txt files (an index of about
+    3 MB for 500 kB of wildcard rules) keeps what fits, the oldest out first."""
+    from crawler.middlewares import robots as module
+    from crawler.robots import Rules
+    from tests.servers import crawler_for
+
+    monkeypatch.setattr(module, "_LOCAL_BYTES", 2_000_000)
+    robots = module.SharedRobotsMiddleware(crawler_for(redis_url, ROBOTSTXT_OBEY=True,
+                                                       SCHEDULER="crawler.scheduler.FrontierScheduler"))
+    big = "User-agent: *\n" + "".join(f"Disallow: /s{i}/*x{i}.php$\n" for i in range(2000))
+    for i in range(20):
+        robots._keep(f"https://d{i}.test", Rules({"mode": "parse", "body": big}, "crawler"), 3600)
+        robots._keep(f"https://small{i}.test", Rules({"mode": "allow"}, "crawler"), 3600)
+        assert robots.local_bytes == sum(rules.weight for rules, _ in robots.local.values()) <= 2_000_000
+    weight = robots.local["https://d19.test"][0].weight
+    assert weight > 400_000  # the test is about big files
+    kept = [origin for origin in robots.local if origin.startswith("https://d")]
+    assert kept == [f"https://d{i}.test" for i in range(20 - len(kept), 20)] and 1 <= len(kept) < 20
+    robots._keep("https://d19.test", robots.local["https://d19.test"][0], 3600)  # a refresh: counted once
+    assert robots.local_bytes == sum(rules.weight for rules, _ in robots.local.values())

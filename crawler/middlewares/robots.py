@@ -77,6 +77,9 @@ _FETCH_LOCK_MS = 60_000
 _REDIS_WAIT = 5.0
 _WAIT_STEP = 0.1
 _LOCAL = 50_000  # origins whose rules a process keeps
+#: and the bytes their indexes may hold together: a file of 500 kB of
+#: wildcard rules is an index of about 3 MB, and 50,000 of them would not fit
+_LOCAL_BYTES = 100 * 2**20
 _LOCAL_TTL = 300.0
 _WORKER_BYTES = 16_384  # robots.txt bodies from which parsing runs in a worker process
 _DAY = 86_400.0
@@ -115,6 +118,7 @@ class SharedRobotsMiddleware:
         self.max_delay = setting(settings, "CRAWLER_ROBOTS_MAX_DELAY")
         self.agent = robots_agent(settings)
         self.local: dict[str, tuple[Rules, float]] = {}  # origin -> (rules, monotonic expiry)
+        self.local_bytes = 0  # the weight of the rules in ``local``
         self.fetching: dict[str, asyncio.Future[Rules | Wait]] = {}
         self.fetched: dict[str, tuple[float, float]] = {}  # origin -> last robots fetch began, ended
         self.pins: dict[str, Any] = {}  # origin -> the address its waiting request was charged to (meta ADDRESS)
@@ -142,18 +146,14 @@ class SharedRobotsMiddleware:
             # Redis away: ask again later; the scheduler keeps the request
             # until Redis can store it in the delayed set
             self.stats.inc_value("crawler/robots/redis_unavailable")
+            self._turn_taken(request, origin, asked)
             return self._hand_back(request, _REDIS_WAIT)
+        except BaseException:
+            self.fetched.pop(origin, None)
+            raise
         finally:
             self.pins.pop(origin, None)  # used by the fetch, if there was one
-        fetched = self.fetched.pop(origin, None)
-        if fetched is not None and fetched[1] >= asked:
-            # robots.txt (or a hop of it) was this request's turn at the domain
-            frontier = frontier_service(self.crawler)
-            lease = frontier.lease_of(request) if frontier is not None else None
-            if lease is not None:
-                lease.fetched(*fetched)
-        else:
-            fetched = None
+        fetched = self._turn_taken(request, origin, asked)
         if isinstance(verdict, Wait):
             fallback = fallback_request(request) if verdict.connect else None
             if fallback is not None:  # e.g. an https:// seed of a site that only speaks http
@@ -169,6 +169,20 @@ class SharedRobotsMiddleware:
             self.stats.inc_value("crawler/robots/handed_back")
             return self._hand_back(request, 0)  # the page waits for the domain's next turn
         return None
+
+    def _turn_taken(self, request: Request, origin: str, asked: float) -> tuple[float, float] | None:
+        """When robots.txt (or a hop of it) was fetched for this request, since
+        it asked: tell its lease, the fetch was its turn at the domain. The
+        mark is taken on every path out of ``process_request`` (a Redis error
+        too), so ``fetched`` holds only origins being asked about."""
+        fetched = self.fetched.pop(origin, None)
+        if fetched is None or fetched[1] < asked:
+            return None
+        frontier = frontier_service(self.crawler)
+        lease = frontier.lease_of(request) if frontier is not None else None
+        if lease is not None:
+            lease.fetched(*fetched)
+        return fetched
 
     def _hand_back(self, request: Request, seconds: float) -> Request:
         again = request.replace(dont_filter=True)
@@ -420,9 +434,15 @@ class SharedRobotsMiddleware:
             self.workers = None
 
     def _keep(self, origin: str, rules: Rules, ttl: float) -> None:
-        if len(self.local) >= _LOCAL:
-            del self.local[next(iter(self.local))]
+        """Keep ``origin``'s rules here (first in, first out past ``_LOCAL``
+        origins or ``_LOCAL_BYTES``; a refresh goes to the back)."""
+        old = self.local.pop(origin, None)
+        if old is not None:
+            self.local_bytes -= old[0].weight
+        while self.local and (len(self.local) >= _LOCAL or self.local_bytes + rules.weight > _LOCAL_BYTES):
+            self.local_bytes -= self.local.pop(next(iter(self.local)))[0].weight
         self.local[origin] = (rules, self.clock.monotonic() + min(ttl, _LOCAL_TTL))
+        self.local_bytes += rules.weight
 
     def _apply_crawl_delay(self, origin: str, rules: Rules) -> None:
         delay = rules.crawl_delay()

@@ -91,6 +91,9 @@ class Matcher:
         self.grams: dict[str, list[int]] = data["grams"]
         self.always: list[int] = data["always"]
         self.lengths: list[int] = data["lengths"]
+        #: about the bytes this index holds (tracemalloc: 120 per plain
+        #: rule, 250 per wildcard rule, besides the pattern's characters)
+        self.weight = 600 + sum(len(p) + (250 if "*" in p else 120) for p in self.patterns)
 
     def allowed(self, path: str) -> bool:
         """Whether ``path`` (Protego's quoted path and query) may be fetched."""

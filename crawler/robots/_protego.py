@@ -6,7 +6,9 @@ quoted text; ``Protego._get_matching_rule_set``; ``_utils._quote_path``;
 and, to see a file's records as Protego sees them (``_groups.py``),
 ``_protego._extract_directive`` with the field names of ``User-agent``,
 ``Allow`` and ``Disallow`` (``_USER_AGENT_DIRECTIVE``, ``_ALLOW_DIRECTIVE``,
-``_DISALLOW_DIRECTIVE``). :func:`check` says which of ``PRIVATE`` moved;
+``_DISALLOW_DIRECTIVE``); ``Protego._user_agents`` and
+``_RuleSet._parser_instance``, to cut the reference cycle between a parser
+and its rule sets once it is parsed (:func:`detach`). :func:`check` says which of ``PRIVATE`` moved;
 ``tests/test_robots_rules.py`` runs it and checks the installed version, so
 an upgrade that breaks these reads fails there with the names, not as wrong
 verdicts.
@@ -30,6 +32,8 @@ PRIVATE = (
     "_RuleSet._rules",
     "_Rule.field",
     "_Rule.value._pattern",
+    "Protego._user_agents",
+    "_RuleSet._parser_instance",
 )
 
 try:
@@ -61,6 +65,19 @@ def record(line: str) -> tuple[str, str] | None:
 def rule_set(parser: Protego, agent: str) -> Any | None:
     """The rule set Protego applies to ``agent`` (None: no group applies)."""
     return parser._get_matching_rule_set(agent)
+
+
+def detach(parser: Protego) -> Protego:
+    """``parser`` with its rule sets' references back to it cut: they are
+    read only while the file is parsed, and the cycle they make outlives
+    the parser until a full collection of the garbage collector, which a
+    tuned crawl runs rarely (crawler/extensions/gcpauses.py; none in the
+    soak's first 22 minutes): until then every robots.txt replaced stays in
+    memory. Returns ``parser``."""
+    for ruleset in getattr(parser, "_user_agents", {}).values():
+        if hasattr(ruleset, "_parser_instance"):
+            ruleset._parser_instance = None
+    return parser
 
 
 def rules_of(ruleset: Any) -> list[tuple[bool, str]]:
@@ -96,6 +113,9 @@ def check() -> list[str]:
         else:
             if rules != [(False, "/a*b"), (True, "/a")]:
                 problems.append(f"rules are no longer sorted by precedence: {rules!r}")
+    sets = list(getattr(parser, "_user_agents", {}).values())
+    if not sets or any(getattr(s, "_parser_instance", None) is not parser for s in sets):
+        problems.append("Protego._user_agents or _RuleSet._parser_instance changed: a parser's cycle is not cut")
     if problems:
         problems.append(f"installed protego {version('protego')}, read from {PROTEGO}")
     return problems

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from typing import Any
 from urllib.parse import urlparse
 
@@ -17,8 +18,9 @@ from crawler.robots._matcher import Matcher, index
 #: with the hosts a crawl had met: about 1 MB a minute per process in the soak
 #: (bench/bench_soak.py, bench/memtrace.py), never flat.
 _VERDICTS = 65_536
-_verdicts: dict[str, tuple[Rules, bool]] = {}  # url -> (the rules that judged it, the verdict)
-_INDEXED = 32  # rules in a group from which the index pays for itself
+#: url -> (the rules that judged it, weakly: a verdict never keeps the rules
+#: of a host the process has let go alive; the verdict)
+_verdicts: dict[str, tuple[weakref.ref[Rules], bool]] = {}
 
 
 class Rules:
@@ -27,45 +29,47 @@ class Rules:
     ``record["mode"]`` is ``"parse"`` (``record["body"]`` is the file),
     ``"allow"`` (no restrictions: RFC 9309 "unavailable") or ``"disallow"``
     (everything refused). The file is grouped as RFC 9309 groups it where
-    Protego differs (``_groups.py``). A group of many rules is matched
-    through an index (``_matcher.py``); :func:`compile_rules` builds that
-    index as JSON, in a worker process for a big file, and
-    :meth:`from_compiled` reads it back.
+    Protego differs (``_groups.py``), parsed by Protego, and only the rules
+    of the group for ``agent`` are kept, as an index (``_matcher.py``):
+    Protego's parse of every group held 4-5 times the memory (69 kB against
+    15 kB for a 1.4 kB file of 60 wildcard rules), for up to 50,000 hosts
+    a process remembers. :func:`compile_rules` builds that index as JSON,
+    in a worker process for a big file, and :meth:`from_compiled` reads it
+    back.
     """
 
     def __init__(self, record: dict[str, Any], agent: str, compiled: dict[str, Any] | None = None) -> None:
         self.mode = record["mode"]
         self.agent = agent
-        self.parser: Protego | None = None
         self.matcher: Matcher | None = None
         self.delay: float | None = None
         if compiled is not None:  # parsed and indexed elsewhere
             self.delay = compiled["delay"]
             self.matcher = Matcher(compiled["index"])
         elif self.mode == "parse":
-            self.parser, self.delay, rules = _parse(record.get("body", ""), agent)
-            if len(rules) >= _INDEXED:
-                self.matcher = Matcher(index(rules))
+            _, self.delay, rules = _parse(record.get("body", ""), agent)
+            self.matcher = Matcher(index(rules))
 
     @classmethod
     def from_compiled(cls, text: str, agent: str) -> Rules:
         return cls({"mode": "parse"}, agent, json.loads(text))
 
     def allowed(self, url: str) -> bool:
-        if self.matcher is None and self.parser is None:
+        if self.matcher is None:
             return self.mode == "allow"
         known = _verdicts.get(url)
-        if known is not None and known[0] is self:  # judged by these rules (not older ones of the host)
+        if known is not None and known[0]() is self:  # judged by these rules (not older ones of the host)
             return known[1]
-        if self.matcher is None:
-            verdict = bool(self.parser.can_fetch(url, self.agent))  # type: ignore[union-attr]
-        else:
-            path = _protego.quote_path(url)
-            verdict = self.matcher.allowed(path) or _is_robots_txt(url)
+        verdict = self.matcher.allowed(_protego.quote_path(url)) or _is_robots_txt(url)
         if len(_verdicts) >= _VERDICTS:
             _verdicts.clear()
-        _verdicts[url] = (self, verdict)
+        _verdicts[url] = (weakref.ref(self), verdict)
         return verdict
+
+    @property
+    def weight(self) -> int:
+        """About the bytes these rules hold (their index)."""
+        return 200 if self.matcher is None else self.matcher.weight
 
     def crawl_delay(self) -> float | None:
         return self.delay
@@ -80,7 +84,7 @@ def _parse(body: str, agent: str) -> tuple[Protego, float | None, list[tuple[boo
     """Protego's parse of ``body`` (grouped as RFC 9309 groups it:
     ``_groups.py``), its Crawl-delay for ``agent`` and the rules of the group
     that applies to ``agent``, in precedence order."""
-    parser = Protego.parse(rfc9309_groups(body))
+    parser = _protego.detach(Protego.parse(rfc9309_groups(body)))
     ruleset = _protego.rule_set(parser, agent)
     delay = parser.crawl_delay(agent)
     rules = _protego.rules_of(ruleset) if ruleset is not None else []

@@ -628,3 +628,25 @@ def test_a_body_that_inflates_far_is_decoded_in_steps_and_kept_whole(serve) -> N
     cap = DECODE_STEP * 5 // 2
     (cut,) = fetch(handler(CRAWLER_MAX_PAGE_BYTES=cap, DOWNLOAD_MAXSIZE=0, DOWNLOAD_TIMEOUT=20), framed[0].url())
     assert cut.body == body[:cap] and "download_stopped" in cut.flags
+
+
+def test_the_size_cap_keeps_no_count_for_a_request_it_never_sees_answered() -> None:
+    """Bytes are counted per request being downloaded; a response that never
+    reaches the size cap's process_response (a redirect followed by the
+    middleware before it) left its count behind for good, keyed by an id a
+    later request could be given."""
+    import gc
+
+    h = handler(CRAWLER_MAX_PAGE_BYTES=100)
+    sizecap = SizeCapMiddleware(h.crawler)
+    redirected = Request("https://a.test/moved")
+    sizecap.bytes_received(b"x" * 60, redirected)
+    assert len(sizecap.received) == 1
+    del redirected
+    gc.collect()
+    assert len(sizecap.received) == 0
+    answered = Request("https://a.test/page")
+    sizecap.bytes_received(b"x" * 60, answered)
+    with pytest.raises(StopDownload):
+        sizecap.bytes_received(b"x" * 40, answered)  # the cap still counts across chunks
+    assert len(sizecap.received) == 0

@@ -338,6 +338,12 @@ def test_private_pyopenssl_calls_behave(ca: trustme.CA, ca_file: str) -> None:
             second = await exchange(tls, "a.test", "127.0.0.1", port)
             if first.resumed or not second.resumed or _openssl.session(second.tls) is None:
                 problems.append("session/offer/resumed")
+            kept = tls.sessions["a.test"]  # serialised: its bytes, not OpenSSL's parse (about 14 kB)
+            if not isinstance(kept, bytes) or not 100 < len(kept) < 4096:
+                problems.append(f"session kept as {type(kept).__name__} of {len(kept)} bytes")
+            tls.sessions["a.test"] = b"not a session"  # offered anyway: a full handshake, no error
+            if (await exchange(tls, "a.test", "127.0.0.1", port)).resumed:
+                problems.append("offer of an unreadable session")
             if not (await exchange(tls, "127.0.0.1", "127.0.0.1", port)).tls.get_peer_certificate():
                 problems.append("expect_ip")
             wrong = tls.connection("b.test")  # expect_name: a certificate for a.test is refused

@@ -13,6 +13,7 @@ never downloaded. robots.txt requests have their own limit
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 from scrapy import signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured, StopDownload
@@ -44,7 +45,9 @@ class SizeCapMiddleware:
         self.html_only = setting(settings, "CRAWLER_HTML_ONLY")
         self.keepalive = keeps_alive(settings)
         self.stats = crawler.stats
-        self.received: dict[int, int] = {}
+        # bytes so far per request being downloaded; weak: a response that never reaches
+        # process_response here (a redirect the middleware before this one follows) leaves nothing
+        self.received: WeakKeyDictionary[Request, int] = WeakKeyDictionary()
         crawler.signals.connect(self.headers_received, signal=signals.headers_received)
         crawler.signals.connect(self.bytes_received, signal=signals.bytes_received)
 
@@ -68,17 +71,16 @@ class SizeCapMiddleware:
             raise StopDownload(fail=False)
 
     def bytes_received(self, data: bytes, request: Request, **kwargs: Any) -> None:
-        key = id(request)
-        total = self.received.get(key, 0) + len(data)
-        self.received[key] = total
+        total = self.received.get(request, 0) + len(data)
+        self.received[request] = total
         self.stats.inc_value("crawler/bytes_received", len(data))
         limit = self.limit(request)
         if limit and total >= limit:
-            self.received.pop(key, None)
+            self.received.pop(request, None)
             raise StopDownload(fail=False)
 
     def process_response(self, request: Request, response: Response) -> Response:
-        self.received.pop(id(request), None)
+        self.received.pop(request, None)
         if request.meta.get(NON_HTML):
             self.stats.inc_value("crawler/skipped/non_html")
             raise IgnoreRequest(f"not HTML ({request.meta[NON_HTML]}): not downloaded")
@@ -92,4 +94,4 @@ class SizeCapMiddleware:
         return response
 
     def process_exception(self, request: Request, exception: Exception) -> None:
-        self.received.pop(id(request), None)
+        self.received.pop(request, None)

@@ -209,3 +209,22 @@ def test_exporter_lease(redis_client: redis.Redis) -> None:
     b.until = time.monotonic() + 0.1  # within the margin
     b.release()
     assert redis_client.get(key) == b"b"
+
+
+def test_the_progress_line_counts_domains_exactly_then_in_4_kb() -> None:
+    """``domains=`` kept every host name met (a crawl of days meets millions):
+    exact up to 65,536, then an estimate within a few percent that holds no name."""
+    from crawler.extensions.progress import DistinctCount
+
+    count = DistinctCount()
+    for _ in range(2):  # a name met again is not counted again
+        for i in range(DistinctCount.EXACT):
+            count.add(f"d{i}.test")
+        assert len(count) == DistinctCount.EXACT and count.exact is not None
+    for i in range(DistinctCount.EXACT, 300_000):
+        count.add(f"d{i}.test")
+    assert count.exact is None  # the names are gone
+    assert abs(len(count) - 300_000) < 300_000 * 0.05, len(count)
+    for i in range(0, 300_000, 7):
+        count.add(f"d{i}.test")
+    assert abs(len(count) - 300_000) < 300_000 * 0.05, len(count)

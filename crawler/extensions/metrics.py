@@ -85,6 +85,9 @@ COUNTERS: dict[str, tuple[str, Any]] = {
     "crawler_download_errors": ("Download exceptions", "downloader/exception_count"),
     "crawler_loop_stalls": ("Event-loop stalls over 100 ms (the loop-lag probe's timer that late)",
                             "crawler/loop/stalls"),
+    "crawler_tls_handshakes": ("TLS handshakes", "crawler/tls/handshakes"),
+    "crawler_tls_resumed": ("TLS handshakes that resumed a session (the others: a host met for the first "
+                            "time, or its session gone)", "crawler/tls/resumed"),
 }
 
 #: the stats of dead letters: this prefix and the reason (``crawler_dead_letters_total{reason=...}``)

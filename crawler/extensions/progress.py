@@ -6,12 +6,16 @@ far (``crawler/loop/lag_max_ms``, from the loop-lag probe):
 
 While Redis is away the line ends with the outage: ``redis=down(7 attempts)``
 (``crawler/redis/reconnect_attempts`` so far). The rate is measured, and the
-line scheduled, on the crawl's clock (``crawler/clock.py``).
+line scheduled, on the crawl's clock (``crawler/clock.py``). ``domains``
+is exact up to 65,536 hosts, then an estimate (about 2% off) that keeps
+no names (:class:`DistinctCount`): a crawl of days meets millions.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from scrapy import signals
@@ -49,6 +53,47 @@ def duplicates(stats: dict[str, int]) -> int:
     return max(0, offered - enqueued)
 
 
+class DistinctCount:
+    """How many distinct strings were added: exact up to :attr:`EXACT`, then
+    a HyperLogLog estimate (2**12 one-byte registers, about 1.6% off), so
+    that the count costs 4 kB however many are added."""
+
+    EXACT = 65_536
+    _BITS = 12
+
+    def __init__(self) -> None:
+        self.exact: set[str] | None = set()
+        self.registers = bytearray(1 << self._BITS)
+
+    def add(self, value: str) -> None:
+        if self.exact is None:
+            self._register(value)
+            return
+        self.exact.add(value)
+        if len(self.exact) > self.EXACT:
+            for known in self.exact:
+                self._register(known)
+            self.exact = None
+
+    def _register(self, value: str) -> None:
+        h = int.from_bytes(hashlib.blake2b(value.encode(), digest_size=8).digest(), "big")
+        rest_bits = 64 - self._BITS
+        slot, rest = h >> rest_bits, h & ((1 << rest_bits) - 1)
+        rank = rest_bits - rest.bit_length() + 1  # the position of the first 1 bit
+        if rank > self.registers[slot]:
+            self.registers[slot] = rank
+
+    def __len__(self) -> int:
+        if self.exact is not None:
+            return len(self.exact)
+        m = len(self.registers)
+        estimate = 0.7213 / (1 + 1.079 / m) * m * m / sum(2.0 ** -r for r in self.registers)
+        zeros = self.registers.count(0)
+        if estimate <= 2.5 * m and zeros:
+            estimate = m * math.log(m / zeros)
+        return round(estimate)
+
+
 class Progress:
     def __init__(self, crawler: Crawler) -> None:
         self.interval = setting(crawler.settings, "CRAWLER_PROGRESS_INTERVAL")
@@ -56,7 +101,7 @@ class Progress:
             raise NotConfigured
         self.crawler = crawler
         self.clock = clock_of(crawler)  # the rate is read on it; its timers run the log
-        self.domains: set[str] = set()
+        self.domains = DistinctCount()
         self.loop: task.LoopingCall | None = None
         self.last_pages = 0
         self.last_time = 0.0

@@ -135,6 +135,7 @@ class Soak:
         self.samples: list[dict[str, Any]] = []
         self.faults: list[Fault] = []
         self.findings: list[str] = []
+        self.born: dict[str, float] = {}  # a worker incarnation's name -> its start, seconds into the run
         self.mover_paused = threading.Event()
         self.stopping = threading.Event()
         self.redis: RedisServer | None = None
@@ -179,6 +180,7 @@ class Soak:
         self.host_map = json.dumps(self.web.host_map(www=False), separators=(",", ":"))
 
     def stop_services(self) -> None:
+        self.stopping.set()
         for w in self.workers:
             if w.proc is not None and w.proc.poll() is None:
                 w.proc.kill()
@@ -206,14 +208,17 @@ class Soak:
                "-s", "CRAWLER_METRICS_ENABLED=True", "-s", f"CRAWLER_METRICS_PORT={w.port}",
                "-s", f"CRAWLER_HOST_MAP={self.host_map}", "-s", "CRAWLER_PROGRESS_INTERVAL=60",
                *(["-s", "CRAWLER_REDIS_CLUSTER=True"] if a.cluster else []),
-               *(x for s in a.set for x in ("-s", s))]
+               *(x for s in a.set for x in ("-s", s)),
+               *(x for s in per_worker(a.worker_set, w.index) for x in ("-s", s))]
         env = dict(os.environ, PYTHONPATH=str(ROOT), REDIS_URL=self.redis_url, CRAWLER_CONTACT="bench@example.org",
                    SCRAPY_SETTINGS_MODULE="devkit.settings")
+        env.update(s.split("=", 1) for s in per_worker(a.worker_env, w.index))
         logs = self.out / "logs"
         logs.mkdir(exist_ok=True)
         with open(logs / f"{w.name}.log", "wb") as f:
             w.proc = subprocess.Popen(["taskset", "-c", str(a.worker_cpu), *cmd], cwd=ROOT, env=env, stdout=f, stderr=f)
         w.started = time.time()
+        self.born[w.name] = w.started - self.t0
         print(f"  {self.clock()} started worker {w.name} (pid {w.proc.pid}, {remaining} s to go)", flush=True)
 
     def supervise(self) -> None:
@@ -471,6 +476,18 @@ class Soak:
 # --- readings ---------------------------------------------------------------
 
 
+def per_worker(items: list[str], index: int) -> list[str]:
+    """The ``NAME=VALUE`` of ``INDEX:NAME=VALUE`` items meant for worker ``index``."""
+    chosen = []
+    for item in items:
+        which, sep, rest = item.partition(":")
+        if not sep or not which.isdigit() or "=" not in rest:
+            raise SystemExit(f"expected INDEX:NAME=VALUE, got {item!r}")
+        if int(which) == index:
+            chosen.append(rest)
+    return chosen
+
+
 def pin(pid: int, cpu: int) -> None:
     subprocess.run(["taskset", "-cp", str(cpu), str(pid)], check=False, capture_output=True)
 
@@ -507,6 +524,8 @@ def process_sample(pid: int, port: int) -> dict[str, Any]:
     s["lag_minute_ms"] = m.get("crawler_loop_lag_minute_max_seconds", 0.0) * 1000
     s["lag_max_ms"] = m.get("crawler_loop_lag_max_seconds", 0.0) * 1000
     s["stalls"] = m.get("crawler_loop_stalls_total", 0.0)
+    # full handshakes: mostly hosts met for the first time (each keeps a TLS session, robots rules, a name)
+    s["tls_full"] = m.get("crawler_tls_handshakes_total", 0.0) - m.get("crawler_tls_resumed_total", 0.0)
     for key in ("crawler_frontier_queued", "crawler_frontier_leases"):
         if key in m:
             s[key] = m[key]
@@ -562,16 +581,30 @@ def main() -> int:
     p.add_argument("--json", type=Path, help="write the summary here too")
     p.add_argument("--keep-warc", action="store_true", help="keep the WARC files (they are removed once read back)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a Scrapy setting for the workers")
+    p.add_argument("--worker-set", action="append", default=[], metavar="INDEX:NAME=VALUE",
+                   help="a Scrapy setting for one worker only (an A/B within one run)")
+    p.add_argument("--worker-env", action="append", default=[], metavar="INDEX:NAME=VALUE",
+                   help="an environment variable for one worker only (LD_PRELOAD=..., MALLOC_...)")
     args = p.parse_args()
     if args.warmup is None:
         args.warmup = min(8.0, args.minutes / 3)
+    per_worker(args.worker_set + args.worker_env, -1)  # a malformed one is refused before anything starts
     if os.geteuid() == 0 and not os.environ.get(IN_NAMESPACE):
         from devkit.chaos import PRIVATE_NAMESPACES
 
         env = dict(os.environ, **{IN_NAMESPACE: "1"})
-        return subprocess.run([*PRIVATE_NAMESPACES, sys.executable, *sys.argv], env=env).returncode
+        child = subprocess.Popen([*PRIVATE_NAMESPACES, sys.executable, *sys.argv], env=env)  # unshare execs it
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # a kill of this process reaches the soak, which cleans up
+            signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:  # Ctrl-C reached the child too (one process group): wait for its cleanup
+                continue
     if (args.chaos or args.schedule) and not os.environ.get(IN_NAMESPACE):
         raise SystemExit("--chaos needs root: the network and disk faults run in private namespaces (unshare)")
+    signal.signal(signal.SIGTERM, _interrupt)  # a kill stops the services (workers, test web, Redis) like Ctrl-C
+    signal.signal(signal.SIGHUP, _interrupt)
     out = args.out or ROOT / "output" / time.strftime("soak-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as name:  # the tmpfs stays mounted
@@ -601,5 +634,12 @@ def main() -> int:
     return 1 if failed else 0
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:  # the services are stopped by then (main's finally)
+        sys.exit(f"soak: interrupted ({exc or 'Ctrl-C'}); workers, test web and Redis stopped, no summary")

@@ -10,6 +10,10 @@ From ``MEMTRACE_START`` seconds (300) it traces allocations
 allocation sites that grew most since that snapshot and the Python
 object types whose count grew most (``gc.get_objects``), with the
 process's resident size: what grows with the crawl's age shows at the top.
+
+The other extensions here are experiments for an A/B within one soak
+(``--worker-set``): :class:`MallocTrim`, :class:`JemallocDump` and
+:class:`GcProbe` (bench/README.md).
 """
 
 from __future__ import annotations
@@ -133,3 +137,90 @@ class MemTrace:
             self.loop.stop()
             self.tick()
         tracemalloc.stop()
+
+
+
+class _Every:
+    """An experiment run every ``<setting>`` seconds from the spider's opening
+    (``NotConfigured`` without it)."""
+
+    setting = ""
+
+    def __init__(self, crawler: Crawler) -> None:
+        self.interval = crawler.settings.getfloat(self.setting, 0)
+        if not self.interval:
+            raise NotConfigured
+        self.loop = task.LoopingCall(self.tick)
+        crawler.signals.connect(self.opened, signal=signals.spider_opened)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> _Every:
+        return cls(crawler)
+
+    def opened(self) -> None:
+        self.loop.start(self.interval, now=False)
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+
+class MallocTrim(_Every):
+    """glibc's ``malloc_trim(0)`` every ``MALLOC_TRIM_INTERVAL`` seconds, to
+    tell memory glibc holds free from memory in use."""
+
+    setting = "MALLOC_TRIM_INTERVAL"
+
+    def __init__(self, crawler: Crawler) -> None:
+        import ctypes
+
+        super().__init__(crawler)
+        self.trim = ctypes.CDLL("libc.so.6").malloc_trim
+
+    def tick(self) -> None:
+        t = time.perf_counter()
+        before = rss_mb()
+        self.trim(0)
+        print(f"malloc_trim: {before:.1f} -> {rss_mb():.1f} MB in {(time.perf_counter() - t) * 1000:.1f} ms", flush=True)
+
+
+class JemallocDump(_Every):
+    """With jemalloc preloaded and profiling on
+    (``LD_PRELOAD=libjemalloc.so.2 MALLOC_CONF=prof:true,prof_prefix:DIR/w``,
+    and ``PYTHONMALLOC=malloc`` for Python's objects to show too), a heap
+    profile every ``JEMALLOC_DUMP_INTERVAL`` seconds; ``jeprof --base`` on two
+    of them shows which native call sites hold the memory that grew."""
+
+    setting = "JEMALLOC_DUMP_INTERVAL"
+
+    def __init__(self, crawler: Crawler) -> None:
+        import ctypes
+
+        super().__init__(crawler)
+        self.mallctl = ctypes.CDLL(None).mallctl
+
+    def tick(self) -> None:
+        code = self.mallctl(b"prof.dump", None, None, None, 0)
+        print(f"jemalloc prof.dump: {code}, RSS {rss_mb():.1f} MB", flush=True)
+
+
+class GcProbe(_Every):
+    """Every ``GC_PROBE_INTERVAL`` seconds a full collection, whose garbage is
+    counted by type first (what the crawl leaves in reference cycles, and how
+    much of the resident size it held)."""
+
+    setting = "GC_PROBE_INTERVAL"
+
+    def tick(self) -> None:
+        before = rss_mb()
+        t = time.perf_counter()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            found = gc.collect()
+        finally:
+            gc.set_debug(0)
+        kinds = Counter(type(o).__qualname__ for o in gc.garbage)
+        gc.garbage.clear()
+        gc.collect()
+        print(f"gc probe: {found} objects in cycles, RSS {before:.1f} -> {rss_mb():.1f} MB, "
+              f"{(time.perf_counter() - t) * 1000:.0f} ms; " + ", ".join(f"{k} {v}" for k, v in kinds.most_common(20)),
+              flush=True)

@@ -62,20 +62,26 @@ def summarize(soak: Soak) -> dict[str, Any]:
     ledger = read_ledger(soak)
     warc = read_back(soak.warc_done)
     stored = int(ledger.get("stored", 0)) if ledger else 0
-    # per process, after the warm-up: resident MB against its pages and against time
+    # per process, after its warm-up (a restarted worker has one of its own): resident MB against
+    # its pages and against time
     series: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    full_tls: dict[str, list[float]] = defaultdict(list)  # full TLS handshakes: hosts still being met
     for row in soak.samples:
-        if row["t"] >= a.warmup * 60:
-            for name, s in row["workers"].items():
+        for name, s in row["workers"].items():
+            if row["t"] >= soak.born.get(name, 0.0) + a.warmup * 60:
                 if "pages" in s and s.get("rss_mb"):
                     series[name].append((row["t"], s["pages"], s["rss_mb"]))
+                if "tls_full" in s:
+                    full_tls[name].append(s["tls_full"])
     slopes = {}
     for name, points in series.items():
         per_page = slope([p for _, p, _ in points], [m for _, _, m in points])
         per_hour = slope([t / 3600 for t, _, _ in points], [m for _, _, m in points])
         if per_page is not None:
             slopes[name] = {"mb_per_100k_pages": round(per_page * 100_000, 2),
-                            "mb_per_hour": round(per_hour or 0.0, 1), "samples": len(points)}
+                            "mb_per_hour": round(per_hour or 0.0, 1), "samples": len(points),
+                            "full_tls_handshakes": int(full_tls[name][-1] - full_tls[name][0])
+                            if full_tls.get(name) else None}
     fault_windows = [(f.started - 5, f.ended + 60) for f in soak.faults]
     lags = [s["lag_minute_ms"] for row in soak.samples if row["t"] >= a.warmup * 60 + 60
             and not any(lo <= t0 + row["t"] <= hi + 60 for lo, hi in fault_windows)
@@ -302,7 +308,8 @@ def report(s: dict[str, Any], soak: Soak) -> None:
         print(f"Redis calls per page by command, first third {s['thirds']['calls_per_page_by_command']['first_third']}; "
               f"last third {s['thirds']['calls_per_page_by_command']['last_third']}")
     print("resident memory slopes after the warm-up: " + "; ".join(
-        f"{n} {v['mb_per_100k_pages']} MB per 100k pages, {v['mb_per_hour']} MB per hour ({v['samples']} samples)"
+        f"{n} {v['mb_per_100k_pages']} MB per 100k pages, {v['mb_per_hour']} MB per hour ({v['samples']} samples, "
+        f"{v.get('full_tls_handshakes')} full TLS handshakes: hosts met anew)"
         for n, v in s["rss_slope_mb_per_100k_pages"].items()))
     if s["ledger"]:
         from crawler.store.ledger import describe

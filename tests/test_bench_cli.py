@@ -89,6 +89,19 @@ def test_soak_schedule_is_in_the_run_and_refuses_unknown_faults() -> None:
         soak.schedule()
 
 
+def test_soak_per_worker_options_reach_only_their_worker() -> None:
+    import pytest
+
+    from bench.bench_soak import per_worker
+
+    items = ["1:LD_PRELOAD=/x.so", "0:MALLOC_ARENA_MAX=2", "1:A=b=c"]
+    assert per_worker(items, 1) == ["LD_PRELOAD=/x.so", "A=b=c"]
+    assert per_worker(items, 0) == ["MALLOC_ARENA_MAX=2"] and per_worker(items, 2) == []
+    for bad in ("LD_PRELOAD=/x.so", "w1:A=b", "1:A"):
+        with pytest.raises(SystemExit, match="INDEX:NAME=VALUE"):
+            per_worker([bad], 0)
+
+
 def test_soak_counts_apart_a_hang_up_the_site_could_not_see() -> None:
     """A request the site held (an outage, status 0) that the crawler gave
     up on while the network was cut: the site logged it open, the next one

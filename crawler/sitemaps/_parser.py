@@ -242,7 +242,7 @@ class SitemapParser:
             return
         try:
             self._source.finish()
-        except TransportError as exc:
+        except TransportError:
             if isinstance(self._reader, TextReader):
                 self._reader.close(complete=False)
             raise

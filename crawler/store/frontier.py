@@ -16,7 +16,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
@@ -27,9 +27,6 @@ from crawler.clock import SYSTEM, Clock
 from crawler.store.epoch import Epoch
 from crawler.store.keys import Keys, LuaScript, Scripts
 from crawler.store.stores import DomainLocks, RobotsStore
-
-if TYPE_CHECKING:
-    import redis
 
 
 class Acknowledgement(Protocol):

@@ -24,9 +24,7 @@ from crawler.store.keys import Keys
 from crawler.identity import domain_of, host_of
 
 if TYPE_CHECKING:
-    import redis
-
-    from crawler.store.keys import Keys, Scripts
+    from crawler.store.keys import Scripts
 
 
 class DomainLocks:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -31,6 +32,8 @@ from crawler.settings_registry import setting
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: seconds a worker starting waits for a Redis that accepts its connection
 #: but does not answer, before it gives up
 START_WAIT = 60.0
@@ -43,7 +46,7 @@ REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingErro
                 ClusterDownError, TryAgainError, SlotNotCoveredError)
 
 __all__ = ["RedisUnavailable", "configured_url", "get_redis", "mask_url", "persistence_warning", "redis_url",
-           "scrapy_redis_parts"]
+           "scrapy_redis_parts", "wait_at_start"]
 
 
 class RedisUnavailable(RuntimeError):
@@ -224,33 +227,44 @@ def get_redis(settings: BaseSettings, *, check: bool = True, **params: Any) -> r
 def _ping_at_start(client: redis.Redis | RedisCluster, url: str) -> None:
     """PING; a server that accepts the connection but does not answer
     (paused, a long fork; on a Redis Cluster, a master failing over) is
-    waited for up to :data:`START_WAIT` seconds before the start fails: a
-    worker restarted by its supervisor during such a pause starts when it
-    ends. A refused connection fails at once (a wrong URL, or a server not
-    started)."""
-    cluster = isinstance(client, RedisCluster)
-    silent = (redis.TimeoutError, ClusterDownError, TryAgainError, SlotNotCoveredError) if cluster \
-        else (redis.TimeoutError,)
+    waited for (:func:`wait_at_start`). A refused connection fails at once
+    (a wrong URL, or a server not started)."""
+    silent: tuple[type[Exception], ...] = (redis.TimeoutError,)
+    if isinstance(client, RedisCluster):
+        silent += (ClusterDownError, TryAgainError, SlotNotCoveredError)
+    wait_at_start(client.ping, client, url, silent)
+
+
+def wait_at_start(call: Callable[[], T], client: redis.Redis | RedisCluster, url: str,
+                  outage: tuple[type[Exception], ...] = REDIS_ERRORS) -> T:
+    """``call``, a worker's first use of Redis (its start check, the
+    opening of its frontier), tried again while it fails with an
+    ``outage`` error, for up to :data:`START_WAIT` seconds: a worker
+    restarted by its supervisor while Redis is paused, or while a Redis
+    Cluster master is dead and its replica not yet elected, starts when that
+    ends. Raises the last error after that."""
     try:
-        client.ping()
-        return
-    except silent:
-        pass
-    logger.warning("Redis at %s accepts connections but does not answer: waiting up to %.0fs for it",
-                   mask_url(url), START_WAIT)
+        return call()
+    except outage as exc:
+        logger.warning("Redis at %s does not answer (%s): waiting up to %.0fs for it",
+                       mask_url(url), _reason(exc), START_WAIT)
+        last: Exception = exc
+    cluster = isinstance(client, RedisCluster)
     deadline = SYSTEM.monotonic() + START_WAIT
     pause = threading.Event()
     while (left := deadline - SYSTEM.monotonic()) > 0:
-        if cluster:  # no breaker: try again shortly (each try waits up to its socket timeout)
+        # a standalone server: until its breaker closes (it answers again); then, or on a
+        # Cluster (no breaker), shortly (each try waits up to its socket timeout)
+        if not cluster and isinstance(last, redis.TimeoutError):
+            if not wait_answering(client.connection_pool.connection_class, left):
+                break
+        else:
             pause.wait(min(0.5, left))
-        elif not wait_answering(client.connection_pool.connection_class, left):
-            break
         try:
-            client.ping()
-            return
-        except silent:
-            continue
-    raise redis.TimeoutError(f"no answer within {START_WAIT:.0f}s")
+            return call()
+        except outage as exc:
+            last = exc
+    raise redis.TimeoutError(f"no answer within {START_WAIT:.0f}s") from last
 
 
 def persistence_warning(client: redis.Redis | RedisCluster, key: str = "") -> str | None:

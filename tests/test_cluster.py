@@ -281,3 +281,44 @@ def test_scrapy_crawl_rides_a_failover(replicated: RedisClusterServers, make_web
     assert under == []
     twice = len(fetched) - len(set(fetched))
     assert lost >= 1 and twice <= len(leases), (twice, leases, lost)
+
+
+def test_a_worker_started_during_a_failover_waits_for_it(tmp_path: Path, make_web) -> None:
+    """``scrapy crawl`` started while the master of its frontier is dead and
+    its replica not yet elected (4 s ``cluster-node-timeout``: about 8 s with
+    no master for those slots): the start neither fails nor loses a page; it
+    waits for the new master and crawls everything, exit 0, the ledger adding
+    up. A supervisor restarting workers during a failover is the case."""
+    import subprocess
+    import sys
+    import time
+
+    from tests.servers import ROOT, scrapy_env
+
+    servers = RedisClusterServers(tmp_path / "cluster", 3, replicas=1, node_timeout_ms=4000).start()
+    try:
+        web = make_web(domains=2, pages=2, links=3, size_fixed=2000, private_share=0, crawl_delay_share=0,
+                       cross_share=0, dup_share=0)
+        base = Keys("fs", "demo", 0).base
+        replica = replica_of(servers, servers.master_of(base))
+        killed_at = time.monotonic()
+        servers.kill_master(key=base)
+        cmd = [sys.executable, "-m", "scrapy", "crawl", "demo",
+               "-a", f"start_urls={','.join(web.url(d) for d in range(2))}",
+               "-s", "CRAWLER_REDIS_CLUSTER=True", "-s", "CRAWLER_KEY_PREFIX=fs", "-s", "CRAWLER_DOMAIN_DELAY=0.2",
+               "-s", "CRAWLER_PROGRESS_INTERVAL=0", "-s", "LOG_LEVEL=INFO"]
+        log_file = tmp_path / "crawl.log"
+        with log_file.open("w") as out:  # started on a live node's URL, before the election
+            proc = subprocess.run(cmd, cwd=ROOT, env=scrapy_env(servers.url), stdout=subprocess.DEVNULL,
+                                  stderr=out, timeout=120)
+        assert servers.wait_failover(30).port == replica.port
+        elected = time.monotonic() - killed_at
+    finally:
+        servers.stop()
+    err = log_file.read_text()
+    assert proc.returncode == 0, err[-3000:]
+    assert "(adds up)" in err and "'crawler/ledger/lost': 0" in err, err[-3000:]
+    fetched = {(e.domain, e.path) for e in web.log()}
+    assert {(d, p) for d in web.domains for p in ("/", "/p/0.html", "/p/1.html")} <= fetched
+    # it did open inside the window: its frontier's master refused it, and it waited once
+    assert err.count("does not answer (") == 1 and elected > 4, (elected, err[-3000:])

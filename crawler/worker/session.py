@@ -38,7 +38,7 @@ from twisted.internet import task
 
 from crawler.clock import SYSTEM, Clock
 from crawler.fetch import Addresses
-from crawler.connection import REDIS_ERRORS, _reason, mask_url, persistence_warning
+from crawler.connection import REDIS_ERRORS, _reason, mask_url, persistence_warning, wait_at_start
 from crawler.identity import Canonicalizer, domain_of
 from crawler.meta import ADDRESS, ATTEMPTS, DEAD, LEASE
 from crawler.store import (
@@ -151,9 +151,15 @@ class WorkerSession:
         self.spider_name = spider.name
         keys = Keys(config.prefix, spider.name, shard)
         self.frontier = frontier = config.frontier(self.server, keys, self.clock, shards)
-        if config.flush_on_start:
-            frontier.clear()
-        frontier.open()
+
+        def opening() -> None:
+            if config.flush_on_start:
+                frontier.clear()
+            frontier.open()
+
+        # waited for like the start check: on a Redis Cluster whose master of these keys is
+        # dead and its replica not yet elected, the check (a PING to any node) passes, this not
+        wait_at_start(opening, self.server, self._guard.url)
         self._loss = LossWatch(self.stats, frontier, self._on_loss, self.held, self._forget_seen, self._stop)
         self._guard.on_lost = lambda exc: self._loss.lost(exc)
         if config.persist and (warning := persistence_warning(self.server, keys.base)):

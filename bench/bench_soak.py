@@ -294,7 +294,8 @@ class Soak:
                         for n, s in row["workers"].items())
         r = row["redis"]
         print(f"  {self.clock()} {row['site_pages']:,} pages ({rate:.1f}/s); {mem}; Redis "
-              f"{(r.get('used_memory') or 0) / 2**20:.0f} MB, {r.get('keys') or 0:,} keys, queued {row['queued']}",
+              f"{(r.get('used_memory') or 0) / 2**20:.0f} MB, {r.get('keys') or 0:,} keys, queued "
+              f"{'?' if row['queued'] is None else format(int(row['queued']), ',')}",
               flush=True)
 
     # --- faults ---
@@ -504,12 +505,21 @@ def scrape(port: int) -> dict[str, float]:
     return values
 
 
+def _fd_link(fd: Path) -> str | None:
+    """What an open file descriptor is; None for one closed since it was listed
+    (a busy crawler closes sockets all the time: the sample went without its metrics)."""
+    try:
+        return os.readlink(fd)
+    except FileNotFoundError:
+        return None
+
+
 def process_sample(pid: int, port: int) -> dict[str, Any]:
     s: dict[str, Any] = {"pid": pid}
     try:
         s["cpu_s"] = cpu_seconds(pid)
         s["rss_mb"] = rss_mb(pid)
-        links = [os.readlink(p) for p in Path(f"/proc/{pid}/fd").iterdir()]
+        links = list(filter(None, map(_fd_link, Path(f"/proc/{pid}/fd").iterdir())))
         s["fds"] = len(links)
         s["memory"] = memory_split(pid)  # glibc's heap, other anonymous (Python's arenas), files
         s["sockets"] = sum(link.startswith("socket:") for link in links)

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
@@ -571,7 +572,9 @@ def main() -> int:
     p.add_argument("--warmup", type=float, help="minutes of warm-up left out of slopes and lags (min(8, a third))")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--domains", type=int, default=3000)
-    p.add_argument("--pages", type=int, default=400, help="pages per domain (enough not to run out)")
+    p.add_argument("--pages", type=int,
+                   help="pages per domain: enough not to run out (400, or 1.2 times what a domain can be "
+                        "given in --minutes at --delay: 864 for 120 minutes at 10 s)")
     p.add_argument("--addresses", type=int, default=200, help="loopback addresses the domains share")
     p.add_argument("--delay", type=float, default=10.0)
     p.add_argument("--ip-delay", type=float, default=1.0)
@@ -598,6 +601,8 @@ def main() -> int:
     args = p.parse_args()
     if args.warmup is None:
         args.warmup = min(8.0, args.minutes / 3)
+    if args.pages is None:  # a domain that runs out leaves the crawl: the rate falls, the run measures less
+        args.pages = max(400, math.ceil(1.2 * args.minutes * 60 / max(args.delay, 1.0)))
     per_worker(args.worker_set + args.worker_env, -1)  # a malformed one is refused before anything starts
     if os.geteuid() == 0 and not os.environ.get(IN_NAMESPACE):
         from devkit.chaos import PRIVATE_NAMESPACES

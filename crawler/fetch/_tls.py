@@ -10,11 +10,12 @@ docs/benchmarks.md).
 - One context, made once from Scrapy's TLS settings.
 - Each host's newest session (the most recent ``CRAWLER_TLS_SESSIONS``
   hosts) is offered on its next connection, so a server that supports
-  resumption skips the certificate exchange and its signature. A session
-  is offered once (a TLS 1.3 ticket is used once, as RFC 8446 asks of
-  clients): the one kept is what the last exchange ended with (a resumed
-  connection gets a fresh ticket), and a connection that fails leaves its
-  host none. Sessions are kept serialised (about 1.5 kB with the server's
+  resumption skips the certificate exchange and its signature. The one
+  kept is what the host's last exchange ended with (a resumed connection
+  gets a fresh TLS 1.3 ticket, so a host visited one connection at a time,
+  as politeness has it, never shows a ticket twice, as RFC 8446 asks of
+  clients); connections opened together share it (taking it from the first
+  left the others a full handshake each). Sessions are kept serialised (about 1.5 kB with the server's
   certificate) and read back for the connection they are offered to (some
   20 microseconds): OpenSSL's own object, certificate parsed, is about
   14 kB, and a crawl keeps one for each of up to 10,000 hosts.
@@ -126,7 +127,7 @@ class TLS:
                 _openssl.expect_name(connection, name)
         elif self.verify:  # no SNI for an address, but its certificate must name it
             _openssl.expect_ip(connection, address.packed)
-        session = self.sessions.pop(host, None)  # used once; keep() puts the next one back
+        session = self.sessions.get(host)  # until keep() replaces it with a newer one
         if session is not None:
             _openssl.offer(connection, session)
         if self.verbose:

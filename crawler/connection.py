@@ -42,8 +42,8 @@ START_WAIT = 60.0
 #: Redis Cluster failing over: down, a slot without a master, a slot moving):
 #: the worker pauses and retries; any other Redis error is a fault, raised or
 #: logged with what it cost, never dropped
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError,
-                ClusterDownError, TryAgainError, SlotNotCoveredError)
+_CLUSTER_OUTAGE = (ClusterDownError, TryAgainError, SlotNotCoveredError)
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, OSError, *_CLUSTER_OUTAGE)
 
 __all__ = ["RedisUnavailable", "configured_url", "get_redis", "mask_url", "persistence_warning", "redis_url",
            "scrapy_redis_parts", "wait_at_start"]
@@ -229,10 +229,8 @@ def _ping_at_start(client: redis.Redis | RedisCluster, url: str) -> None:
     (paused, a long fork; on a Redis Cluster, a master failing over) is
     waited for (:func:`wait_at_start`). A refused connection fails at once
     (a wrong URL, or a server not started)."""
-    silent: tuple[type[Exception], ...] = (redis.TimeoutError,)
-    if isinstance(client, RedisCluster):
-        silent += (ClusterDownError, TryAgainError, SlotNotCoveredError)
-    wait_at_start(client.ping, client, url, silent)
+    cluster = isinstance(client, RedisCluster)
+    wait_at_start(client.ping, client, url, (redis.TimeoutError, *(_CLUSTER_OUTAGE if cluster else ())))
 
 
 def wait_at_start(call: Callable[[], T], client: redis.Redis | RedisCluster, url: str,

@@ -15,10 +15,11 @@ docs/benchmarks.md).
   gets a fresh TLS 1.3 ticket, so a host visited one connection at a time,
   as politeness has it, never shows a ticket twice, as RFC 8446 asks of
   clients); connections opened together share it (taking it from the first
-  left the others a full handshake each). Sessions are kept serialised (about 1.5 kB with the server's
-  certificate) and read back for the connection they are offered to (some
-  20 microseconds): OpenSSL's own object, certificate parsed, is about
-  14 kB, and a crawl keeps one for each of up to 10,000 hosts.
+  left the others a full handshake each). Sessions are kept serialised
+  (about 1.5 kB with the server's certificate) and read back for the
+  connection they are offered to (some 20 microseconds): OpenSSL's own
+  object, certificate parsed, is about 14 kB, and a crawl keeps one for
+  each of up to 10,000 hosts.
   OpenSSL marks a session unresumable when its connection is freed without
   a close_notify sent, so every connection that finished its handshake
   sends one as it ends, aborted or not: for a crawler, a cut connection

@@ -139,7 +139,6 @@ class MemTrace:
         tracemalloc.stop()
 
 
-
 class _Every:
     """An experiment run every ``<setting>`` seconds from the spider's opening
     (``NotConfigured`` without it)."""

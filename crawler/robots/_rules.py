@@ -47,7 +47,7 @@ class Rules:
             self.delay = compiled["delay"]
             self.matcher = Matcher(compiled["index"])
         elif self.mode == "parse":
-            _, self.delay, rules = _parse(record.get("body", ""), agent)
+            self.delay, rules = _parse(record.get("body", ""), agent)
             self.matcher = Matcher(index(rules))
 
     @classmethod
@@ -80,19 +80,19 @@ def _is_robots_txt(url: str) -> bool:
     return "/robots.txt" in url and urlparse(url).path == "/robots.txt"
 
 
-def _parse(body: str, agent: str) -> tuple[Protego, float | None, list[tuple[bool, str]]]:
-    """Protego's parse of ``body`` (grouped as RFC 9309 groups it:
+def _parse(body: str, agent: str) -> tuple[float | None, list[tuple[bool, str]]]:
+    """From Protego's parse of ``body`` (grouped as RFC 9309 groups it:
     ``_groups.py``), its Crawl-delay for ``agent`` and the rules of the group
-    that applies to ``agent``, in precedence order."""
+    that applies to ``agent``, in precedence order; the parse itself is let go."""
     parser = _protego.detach(Protego.parse(rfc9309_groups(body)))
     ruleset = _protego.rule_set(parser, agent)
     delay = parser.crawl_delay(agent)
     rules = _protego.rules_of(ruleset) if ruleset is not None else []
-    return parser, float(delay) if delay is not None else None, rules
+    return float(delay) if delay is not None else None, rules
 
 
 def compile_rules(body: str, agent: str) -> str:
     """The rules of ``body`` for ``agent`` as JSON (index and Crawl-delay),
     for :meth:`Rules.from_compiled`; run in a worker process for big files."""
-    _, delay, rules = _parse(body, agent)
+    delay, rules = _parse(body, agent)
     return json.dumps({"delay": delay, "index": index(rules)})

@@ -12,7 +12,7 @@ So the first call that times out on a server trips that server's
 :class:`Breaker`: from then on every call to it fails at once with
 :class:`RedisNotAnswering` (a ``redis.TimeoutError``, an outage to every
 caller, never retried by redis-py), and a thread of the breaker's own pings
-the server on a fresh connection every :data:`PROBE_EVERY` seconds; the
+the server on a connection of its own every :data:`PROBE_EVERY` seconds; the
 first answer closes the breaker. Nothing about what a call means changes:
 a call refused here was never sent.
 
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +38,10 @@ logger = logging.getLogger(__name__)
 
 PROBE_EVERY = 0.5  # seconds between two pings of a server that did not answer
 PROBE_TIMEOUT = 1.0  # seconds a ping waits (to connect, and for its answer)
+# Connection arguments that tie a connection to its pool or client (redis-py's maintenance
+# notifications, a cluster's on-connect hook): a probe's connection goes without them, so it
+# holds neither, and a client dropped while its server is away is freed (its probe with it).
+_TIES = ("maint_notifications_pool_handler", "himport_registry", "redis_connect_func", "event_dispatcher")
 
 
 class RedisNotAnswering(redis.TimeoutError):
@@ -65,8 +71,9 @@ class Breaker:
             raise RedisNotAnswering(f"Redis at {self.name} did not answer within its socket timeout "
                                     "and has not answered a ping since")
 
-    def trip(self, probe: Callable[[], object]) -> None:
-        """Open (unless open already) and ping with ``probe`` until it answers."""
+    def trip(self, connect: Callable[[], redis.connection.AbstractConnection]) -> None:
+        """Open (unless open already) and ping, on the connection ``connect``
+        makes, until the server answers."""
         with self._lock:
             if self.open_since is not None:
                 return
@@ -75,20 +82,48 @@ class Breaker:
             self._closed.clear()
         logger.warning("Redis at %s did not answer within its socket timeout: calls to it fail at once "
                        "until it answers a ping (every %.1fs)", self.name, PROBE_EVERY)
-        threading.Thread(target=self._probe, args=(probe,), name=f"redis-probe {self.name}", daemon=True).start()
+        threading.Thread(target=_probe, args=(weakref.ref(self), connect()), name=f"redis-probe {self.name}",
+                         daemon=True).start()
 
-    def _probe(self, probe: Callable[[], object]) -> None:
-        pause = threading.Event()
-        while True:
-            try:
-                probe()
-                break
-            except (redis.RedisError, OSError):
-                pause.wait(PROBE_EVERY)
+    def _answered(self) -> None:
         with self._lock:
             since, self.open_since = self.open_since, None
             self._closed.set()
         logger.info("Redis at %s answers again after %.1fs", self.name, self.clock.monotonic() - (since or 0.0))
+
+
+def _probe(breaker: weakref.ref[Breaker], conn: redis.connection.AbstractConnection) -> None:
+    """A probe thread: PING on one connection every :data:`PROBE_EVERY`
+    seconds until the server answers, or until nothing holds the breaker any
+    more (its client is gone, so nobody waits for the answer).
+
+    The thread holds the breaker only weakly, and clears the frames of each
+    failed ping: a server away for hours costs no garbage, and a client
+    dropped while its server was away takes its probe with it."""
+    pause = threading.Event()
+    while breaker() is not None:
+        try:
+            conn.send_command("PING")
+            conn.read_response()
+        except (redis.RedisError, OSError) as exc:
+            _clear_frames(exc)
+            pause.wait(PROBE_EVERY)
+            continue
+        finally:
+            conn.disconnect()
+        answered = breaker()
+        if answered is not None:
+            answered._answered()
+        return
+
+
+def _clear_frames(exc: BaseException | None) -> None:
+    """Drop the locals of the finished frames an exception (and those it was
+    raised from) went through: redis-py keeps the error it retries in one of
+    them, a cycle the collector alone would free."""
+    while exc is not None:
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
 
 
 class _Breakers:
@@ -130,25 +165,22 @@ class _Guarded:
         try:
             super().send_packed_command(command, check_health)  # type: ignore[misc]
         except redis.TimeoutError:  # connecting, or a health check's ping
-            self.breaker.trip(self._ping)
+            self.breaker.trip(self._probe_connection)
             raise
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().read_response(*args, **kwargs)  # type: ignore[misc]
         except redis.TimeoutError:
-            self.breaker.trip(self._ping)
+            self.breaker.trip(self._probe_connection)
             raise
 
-    def _ping(self) -> None:
-        """PING on a fresh connection of the same kind (the probe thread's)."""
-        conn = self._base(**{**self._kwargs, "socket_timeout": PROBE_TIMEOUT,
+    def _probe_connection(self) -> redis.connection.AbstractConnection:
+        """A connection of the same kind, unguarded, with the probe's timeouts
+        and no retries (the probe thread's one connection)."""
+        kwargs = {key: value for key, value in self._kwargs.items() if key not in _TIES}
+        return self._base(**{**kwargs, "socket_timeout": PROBE_TIMEOUT,
                              "socket_connect_timeout": PROBE_TIMEOUT, "retry": Retry(NoBackoff(), 0)})
-        try:
-            conn.send_command("PING")
-            conn.read_response()
-        finally:
-            conn.disconnect()
 
 
 def wait_answering(connection_class: type, timeout: float) -> bool:

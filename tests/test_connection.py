@@ -111,6 +111,62 @@ def test_a_silent_redis_costs_one_socket_timeout_then_calls_fail_unsent(tmp_path
         server.stop()
 
 
+def test_a_probe_of_a_server_gone_for_good_leaves_no_garbage_and_ends_with_its_client(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Silent, then killed: the probe thread pings a refused port until the
+    client is dropped. Its failed pings leave nothing for the cyclic collector
+    (a cycle each would be hours of garbage, and a pause of the loop when the
+    oldest generation is collected), and the thread ends with the client."""
+    import gc
+    import threading
+    import types
+
+    import redis
+
+    from crawler import _breaker
+    from devkit import chaos
+    from tests.servers import wait_until
+
+    monkeypatch.setattr(_breaker, "PROBE_EVERY", 0.01)
+    pings = []
+    connect = redis.Connection._connect  # counts the probe's attempts; each still opens a socket
+    monkeypatch.setattr(redis.Connection, "_connect", lambda conn: (pings.append(1), connect(conn))[1])
+    server = RedisServer(tmp_path / "r").start()
+    client = get_redis(Settings({"REDIS_URL": server.url, "REDIS_PARAMS": {"socket_timeout": 0.3}}))
+    client.ping()
+    assert server.proc is not None
+    try:
+        with chaos.stopped(server.proc.pid):
+            with pytest.raises(redis.TimeoutError):
+                client.incr("k")
+            server.proc.kill()
+            server.proc.wait()
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            start = len(pings)
+            wait_until(lambda: len(pings) >= start + 30, 10, "30 failed pings")
+            gc.collect()
+            left = [f"frame {o.f_code.co_filename}" if isinstance(o, types.FrameType) else type(o).__qualname__
+                    for o in gc.garbage]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+        ours = [name for name in left if "Connection" in name or "Error" in name or "crawler" in name]
+        assert not ours, ours[:12]
+        def probing() -> bool:
+            return any(t.name == f"redis-probe 127.0.0.1:{server.port}" for t in threading.enumerate())
+
+        assert probing()
+        del client
+        gc.collect()
+        wait_until(lambda: not probing(), 10, "the probe thread gone with its client")
+    finally:
+        server.stop()
+
+
 def _answers(client) -> bool:  # type: ignore[no-untyped-def]
     import redis
 

@@ -203,13 +203,22 @@ class JemallocDump(_Every):
 
 
 class GcProbe(_Every):
-    """Every ``GC_PROBE_INTERVAL`` seconds a full collection, whose garbage is
-    counted by type first (what the crawl leaves in reference cycles, and how
-    much of the resident size it held)."""
+    """Every ``GC_PROBE_INTERVAL`` seconds a census of the objects a full
+    collection walks (tracked and not frozen, by type, and the largest
+    containers, each of whose items it visits), a full collection timed, then
+    another, whose garbage is counted by type first (what the crawl leaves
+    in reference cycles, and how much of the resident size it held)."""
 
     setting = "GC_PROBE_INTERVAL"
 
     def tick(self) -> None:
+        walked = _types()  # what a full collection walks: the tracked objects not frozen
+        t = time.perf_counter()
+        gc.collect()
+        print(f"gc census: a full collection of {walked.total()} tracked objects took "
+              f"{(time.perf_counter() - t) * 1000:.1f} ms; "
+              + ", ".join(f"{k} {v}" for k, v in walked.most_common(25))
+              + "".join(f"\n  {line}" for line in _big_containers(8)), flush=True)
         before = rss_mb()
         t = time.perf_counter()
         gc.set_debug(gc.DEBUG_SAVEALL)

@@ -44,3 +44,34 @@ def test_young_threshold_is_set_while_the_spider_runs_and_put_back() -> None:
     finally:
         pauses.spider_closed()
     assert gc.get_threshold() == before
+
+
+def test_what_a_full_collection_leaves_alive_is_frozen_and_cycles_after_it_are_counted() -> None:
+    """A full collection's survivors join the permanent generation (later
+    collections do not walk them); a young collection freezes nothing; the
+    cycles the collections find are counted in ``crawler/gc/collected``."""
+
+    class Node:
+        def __init__(self) -> None:
+            self.me = self
+
+    crawler = get_crawler(settings_dict={"CRAWLER_GC_YOUNG": 0})
+    pauses = GcPauses(crawler)
+    try:
+        pauses.spider_opened()
+        frozen = gc.get_freeze_count()
+        kept = [Node() for _ in range(1000)]
+        gc.collect(0)
+        assert gc.get_freeze_count() == frozen
+        assert any(o is kept[0] for o in gc.get_objects())
+        gc.collect()
+        assert gc.get_freeze_count() >= frozen + 1000
+        assert not any(o is kept[0] for o in gc.get_objects())  # no longer walked
+        for _ in range(50):
+            Node()  # 50 cycles, unreachable at once
+        gc.collect()
+    finally:
+        pauses.spider_closed()
+        gc.unfreeze()
+    assert crawler.stats.get_value("crawler/gc/collected") >= 50
+    assert crawler.stats.get_value("crawler/gc/frozen") >= frozen + 1000

@@ -285,10 +285,12 @@ def test_a_parse_leaves_nothing_for_the_garbage_collector(monkeypatch: pytest.Mo
 
 
 def test_a_remembered_verdict_does_not_keep_its_rules_alive(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A verdict remembers its rules weakly: the rules of a host the process
-    let go (robots.txt kept per host are capped) are freed with the host,
-    not held by up to 65,536 remembered URLs, and a new Rules at the old
-    one's address is never answered with the old one's verdict."""
+    """A verdict remembers its rules by serial number, not by reference: the
+    rules of a host the process let go (robots.txt kept per host are capped)
+    are freed with the host, not held by up to 65,536 remembered URLs, and a
+    new Rules at the old one's address is never answered with the old one's
+    verdict. The remembered verdicts are strings and ints, which the garbage
+    collector does not track: a full collection does not visit them."""
     import gc
     import weakref
 
@@ -301,6 +303,7 @@ def test_a_remembered_verdict_does_not_keep_its_rules_alive(monkeypatch: pytest.
     del rules
     gc.collect()
     assert gone() is None and len(_rules._verdicts) == 1
+    assert not gc.is_tracked(_rules._verdicts)
     for _ in range(20):  # whatever address a new one gets, the old verdict is not its
         again = Rules({"mode": "parse", "body": "User-agent: *\nAllow: /\n"}, "crawler")
         assert again.allowed("https://e.test/p/1.html")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-import weakref
 from typing import Any
 from urllib.parse import urlparse
 
@@ -18,9 +18,13 @@ from crawler.robots._matcher import Matcher, index
 #: with the hosts a crawl had met: about 1 MB a minute per process in the soak
 #: (bench/bench_soak.py, bench/memtrace.py), never flat.
 _VERDICTS = 65_536
-#: url -> (the rules that judged it, weakly: a verdict never keeps the rules
-#: of a host the process has let go alive; the verdict)
-_verdicts: dict[str, tuple[weakref.ref[Rules], bool]] = {}
+#: url -> the serial of the rules that judged it, times two, plus the verdict.
+#: Strings and ints only: the garbage collector neither tracks the entries nor
+#: visits the dict's items (a tuple and a weak reference each were 130,000
+#: objects that every full collection walked), and a verdict keeps no rules
+#: alive, so a host's newer rules never read an older one's verdicts.
+_verdicts: dict[str, int] = {}
+_serials = itertools.count(1)
 
 
 class Rules:
@@ -43,6 +47,7 @@ class Rules:
         self.agent = agent
         self.matcher: Matcher | None = None
         self.delay: float | None = None
+        self.serial = next(_serials)
         if compiled is not None:  # parsed and indexed elsewhere
             self.delay = compiled["delay"]
             self.matcher = Matcher(compiled["index"])
@@ -58,12 +63,12 @@ class Rules:
         if self.matcher is None:
             return self.mode == "allow"
         known = _verdicts.get(url)
-        if known is not None and known[0]() is self:  # judged by these rules (not older ones of the host)
-            return known[1]
+        if known is not None and known >> 1 == self.serial:  # judged by these rules (not older ones of the host)
+            return bool(known & 1)
         verdict = self.matcher.allowed(_protego.quote_path(url)) or _is_robots_txt(url)
         if len(_verdicts) >= _VERDICTS:
             _verdicts.clear()
-        _verdicts[url] = (weakref.ref(self), verdict)
+        _verdicts[url] = self.serial << 1 | verdict
         return verdict
 
     @property

@@ -60,6 +60,9 @@ class Breaker:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._closed.set()
+        # the probes' connection, made at the first trip and kept with the breaker: a
+        # redis-py connection is a cycle of its own, left to the collector when let go
+        self._probe_conn: redis.connection.AbstractConnection | None = None
 
     def wait_closed(self, timeout: float) -> bool:
         """Block until the server answers a ping (True) or ``timeout`` seconds
@@ -72,17 +75,19 @@ class Breaker:
                                     "and has not answered a ping since")
 
     def trip(self, connect: Callable[[], redis.connection.AbstractConnection]) -> None:
-        """Open (unless open already) and ping, on the connection ``connect``
-        makes, until the server answers."""
+        """Open (unless open already) and ping until the server answers, on
+        the connection ``connect`` made at the breaker's first trip."""
         with self._lock:
             if self.open_since is not None:
                 return
             self.open_since = self.clock.monotonic()
             self.trips += 1
             self._closed.clear()
+            if self._probe_conn is None:
+                self._probe_conn = connect()
         logger.warning("Redis at %s did not answer within its socket timeout: calls to it fail at once "
                        "until it answers a ping (every %.1fs)", self.name, PROBE_EVERY)
-        threading.Thread(target=_probe, args=(weakref.ref(self), connect()), name=f"redis-probe {self.name}",
+        threading.Thread(target=_probe, args=(weakref.ref(self), self._probe_conn), name=f"redis-probe {self.name}",
                          daemon=True).start()
 
     def _answered(self) -> None:
@@ -93,9 +98,10 @@ class Breaker:
 
 
 def _probe(breaker: weakref.ref[Breaker], conn: redis.connection.AbstractConnection) -> None:
-    """A probe thread: PING on one connection every :data:`PROBE_EVERY`
-    seconds until the server answers, or until nothing holds the breaker any
-    more (its client is gone, so nobody waits for the answer).
+    """A probe thread: PING on the breaker's connection every
+    :data:`PROBE_EVERY` seconds until the server answers, or until nothing
+    holds the breaker any more (its client is gone, so nobody waits for the
+    answer).
 
     The thread holds the breaker only weakly, and clears the frames of each
     failed ping: a server away for hours costs no garbage, and a client

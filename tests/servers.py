@@ -3,11 +3,13 @@ and a crawler for a scheduler to open under (``crawler_for``)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
 import sys
 import time
+import types
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -174,6 +176,25 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str = "", every
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what or getattr(predicate, '__name__', 'condition')}: not within {timeout} s")
         time.sleep(every)
+
+
+def garbage_of(run: Callable[[], object]) -> list[str]:
+    """What ``run`` leaves that only the cyclic collector could free: type
+    names with their module (``crawler.fetch._tls.TLSProtocol``), and the
+    code of frames (``frame crawler/_breaker.py``)."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        run()
+        gc.collect()
+        left = [f"frame {o.f_code.co_filename}" if isinstance(o, types.FrameType)
+                else f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    return left
 
 
 @contextmanager

@@ -19,10 +19,11 @@ from crawler.robots._matcher import Matcher, index
 #: (bench/bench_soak.py, bench/memtrace.py), never flat.
 _VERDICTS = 65_536
 #: url -> the serial of the rules that judged it, times two, plus the verdict.
-#: Strings and ints only: the garbage collector neither tracks the entries nor
-#: visits the dict's items (a tuple and a weak reference each were 130,000
-#: objects that every full collection walked), and a verdict keeps no rules
-#: alive, so a host's newer rules never read an older one's verdicts.
+#: Strings and ints only: the garbage collector does not track the dict, so a
+#: full collection does not visit its entries (a tuple each, with a weak
+#: reference to the rules, were up to 65,536 objects every full collection
+#: walked). A verdict keeps no rules alive, and a host's newer rules, with a
+#: serial of their own, never read an older one's verdicts.
 _verdicts: dict[str, int] = {}
 _serials = itertools.count(1)
 

@@ -330,3 +330,18 @@ def test_the_weight_of_rules_follows_their_memory() -> None:
         finally:
             tracemalloc.stop()
         assert held / 1.5 <= kept[0].weight <= held * 2, (count, wild, held, kept[0].weight)
+
+
+def test_kept_rules_cost_a_full_collection_two_objects() -> None:
+    """A process keeps up to 50,000 hosts' rules: once collected, only the
+    Rules and its Matcher are left for the garbage collector to walk (the
+    index's lists were tracked for good, each a walk of its items)."""
+    import gc
+
+    body = "User-agent: *\n" + "".join(f"Disallow: /s{i}/*x.php$\nDisallow: /p{i}/\nAllow: /p{i}/ok$\n" for i in range(30))
+    kept = [Rules({"mode": "parse", "body": body}, "crawler") for _ in range(20)]
+    gc.collect()
+    assert all(gc.is_tracked(r) and gc.is_tracked(r.matcher) for r in kept)
+    tracked = [name for name, value in vars(kept[0].matcher).items() if gc.is_tracked(value)]
+    assert tracked == []
+    assert not kept[0].allowed("https://e.test/s3/ax.php") and kept[0].allowed("https://e.test/p3/ok")

@@ -17,11 +17,12 @@ from tests.servers import run_scrapy, scrapy_env
 @pytest.mark.parametrize(("freeze", "young"), [(True, None), (False, 700)])
 def test_gc_pauses_are_timed_and_startup_is_frozen(freeze: bool, young: int | None, redis_url: str, make_web,
                                                    tmp_path: Path) -> None:
-    web = make_web(domains=2, pages=20, size_fixed=3000, links=6)
+    web = make_web(domains=2, pages=20, size_fixed=3000, links=6, crawl_delay_share=0.0)
     seeds = tmp_path / "seeds.txt"
     seeds.write_text("".join(web.url(d) + "\n" for d in range(2)))
     stats_file = tmp_path / "stats.json"
-    args = ["crawl", "billion", "-a", f"seeds={seeds}", "-s", "CRAWLER_DOMAIN_DELAY=0", "-s", "CRAWLER_PROGRESS_INTERVAL=0",
+    args = ["crawl", "billion", "-a", f"seeds={seeds}", "-s", "CRAWLER_DOMAIN_DELAY=0", "-s", "CRAWLER_IP_DELAY=0",
+            "-s", "CRAWLER_PROGRESS_INTERVAL=0",
             "-s", f"CRAWLER_WARC_DIR={tmp_path / 'warc'}", "-s", f"CRAWLER_STATS_FILE={stats_file}",
             "-s", f"CRAWLER_GC_FREEZE={freeze}", *(["-s", f"CRAWLER_GC_YOUNG={young}"] if young else [])]
     done = run_scrapy(args, scrapy_env(redis_url, CRAWLER_CONTACT="ops@example.org"))

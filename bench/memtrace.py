@@ -205,30 +205,28 @@ class JemallocDump(_Every):
 class GcProbe(_Every):
     """Every ``GC_PROBE_INTERVAL`` seconds a census of the objects a full
     collection walks (tracked and not frozen, by type, and the largest
-    containers, each of whose items it visits), a full collection timed, then
-    another, whose garbage is counted by type first (what the crawl leaves
-    in reference cycles, and how much of the resident size it held)."""
+    containers, each of whose items it visits), then one full collection,
+    timed, whose garbage is counted by type (what the crawl leaves in
+    reference cycles, and how much of the resident size it held)."""
 
     setting = "GC_PROBE_INTERVAL"
 
     def tick(self) -> None:
         walked = _types()  # what a full collection walks: the tracked objects not frozen
-        t = time.perf_counter()
-        gc.collect()
-        print(f"gc census: a full collection of {walked.total()} tracked objects took "
-              f"{(time.perf_counter() - t) * 1000:.1f} ms; "
-              + ", ".join(f"{k} {v}" for k, v in walked.most_common(25))
-              + "".join(f"\n  {line}" for line in _big_containers(8)), flush=True)
+        big = _big_containers(8)
         before = rss_mb()
-        t = time.perf_counter()
         gc.set_debug(gc.DEBUG_SAVEALL)
+        t = time.perf_counter()
         try:
             found = gc.collect()
         finally:
+            pause = time.perf_counter() - t
             gc.set_debug(0)
         kinds = Counter(type(o).__qualname__ for o in gc.garbage)
         gc.garbage.clear()
-        gc.collect()
-        print(f"gc probe: {found} objects in cycles, RSS {before:.1f} -> {rss_mb():.1f} MB, "
-              f"{(time.perf_counter() - t) * 1000:.0f} ms; " + ", ".join(f"{k} {v}" for k, v in kinds.most_common(20)),
-              flush=True)
+        gc.collect()  # frees what the collection above kept in gc.garbage
+        print(f"gc census: a full collection of {walked.total()} tracked objects took {pause * 1000:.1f} ms; "
+              + ", ".join(f"{k} {v}" for k, v in walked.most_common(25))
+              + "".join(f"\n  {line}" for line in big), flush=True)
+        print(f"gc probe: {found} objects in cycles, RSS {before:.1f} -> {rss_mb():.1f} MB; "
+              + ", ".join(f"{k} {v}" for k, v in kinds.most_common(20)), flush=True)

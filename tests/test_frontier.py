@@ -9,7 +9,6 @@ marks are placed late rather than early).
 from __future__ import annotations
 
 import gc
-
 import re
 from hashlib import sha256
 from itertools import pairwise

@@ -9,8 +9,8 @@ what the crawl made. And what survives a full collection is frozen in turn,
 as it ends: the state a crawl keeps per host (robots.txt rules, connections,
 download slots, some 20 objects a host) is walked by one full collection, not
 by every one after it, so a full collection's pause follows what the crawl
-made since the last, not how many hosts it has met (in the two-hour soak,
-before, the pause had grown to 110-124 ms with the hosts met).
+made since the last, not how many hosts it has met (docs/benchmarks.md has
+the soak's pauses before and after).
 
 The price: a frozen object is freed by reference counting only. One that
 later ends in a reference cycle stays. The crawl's own long-lived objects

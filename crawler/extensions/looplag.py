@@ -62,9 +62,8 @@ class LoopLagProbe:
         if self.clock is SYSTEM:
             try:
                 # the asyncio loop's own timer, on the system clock's time.monotonic
-                # too: through Twisted's callLater, each tick ran the reactor's timer
-                # pass, and the engine's scheduling with it (13% more of its CPU per
-                # page in the open-web bench)
+                # too: through Twisted's callLater, each tick would run the reactor's
+                # timer pass, and the engine's scheduling with it
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # not the asyncio reactor: the reactor's timers
                 pass

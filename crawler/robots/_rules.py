@@ -14,15 +14,14 @@ from crawler.robots._groups import rfc9309_groups
 from crawler.robots._matcher import Matcher, index
 
 #: URLs whose verdict the process remembers, every host's together (a URL is
-#: checked when found and again when fetched). Per host, 4,096 each, it grew
-#: with the hosts a crawl had met: about 1 MB a minute per process in the soak
-#: (bench/bench_soak.py, bench/memtrace.py), never flat.
+#: checked when found and again when fetched). One bound for all hosts, not one
+#: per host: a bound per host grows with the hosts a crawl meets, without end
+#: (docs/benchmarks.md, the soak's findings).
 _VERDICTS = 65_536
 #: url -> the serial of the rules that judged it, times two, plus the verdict.
 #: Strings and ints only: the garbage collector does not track the dict, so a
-#: full collection does not visit its entries (a tuple each, with a weak
-#: reference to the rules, were up to 65,536 objects every full collection
-#: walked). A verdict keeps no rules alive, and a host's newer rules, with a
+#: full collection does not visit its entries (a tuple each would be one more
+#: object per verdict for every full collection to walk). A verdict keeps no rules alive, and a host's newer rules, with a
 #: serial of their own, never read an older one's verdicts.
 _verdicts: dict[str, int] = {}
 _serials = itertools.count(1)

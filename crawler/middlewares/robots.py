@@ -324,10 +324,7 @@ class SharedRobotsMiddleware:
                 self.stats.inc_value("crawler/robots/truncated")
             rules = await self._final(origin, {"mode": "parse", "status": status, "body": body}, store)
             self._read(origin, body)
-            try:
-                self._apply_crawl_delay(origin, rules)
-            except redis.RedisError:
-                logger.warning("Crawl-delay of %s not stored: Redis unavailable", origin)
+            self._apply_crawl_delay(origin, rules)  # its Redis writes are the session's: never raised here
             return rules
         if status is not None and 400 <= status < 500 and status != 429:
             rules = await self._final(origin, {"mode": "allow", "status": status}, store)

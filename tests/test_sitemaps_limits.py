@@ -166,3 +166,25 @@ def test_the_sitemaps_in_flight_hold_at_most_the_memory_bound_and_all_are_read(r
     assert stats.get_value("crawler/sitemaps/postponed") >= 10 - 2
     assert stats.get_value("crawler/sitemaps/memory_max") <= bound
     assert middleware.held_bytes() == 0
+
+
+def test_a_crawl_under_a_tight_sitemap_memory_reads_every_sitemap(redis_url: str, make_web, tmp_path: Path) -> None:
+    """A real crawl of the three sitemap sites (19 sitemaps, two 50 MiB bombs
+    among them) with ``CRAWLER_SITEMAP_MEMORY`` room for one full sitemap:
+    sitemaps of different sites come due together, some wait their turn
+    (``postponed``), the most held stays under the bound, and every one is
+    read, the frontier's ledger adding up."""
+    web = make_web(domains=1, pages=3, size_fixed=2000, crawl_delay_share=0, sitemaps=True, sitemap_bomb_mib=64)
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("\n".join(web.url(host) for host in ("maps.test", "evil.test", "big.test")) + "\n")
+    stats_file, bound = tmp_path / "stats.json", 60_000_000
+    result = run_scrapy(["crawl", "billion", "-a", f"seeds={seeds}", "-s", "CRAWLER_DOMAIN_DELAY=0.05",
+                         "-s", "CRAWLER_PROGRESS_INTERVAL=0", "-s", f"CRAWLER_STATS_FILE={stats_file}",
+                         "-s", f"CRAWLER_SITEMAP_MEMORY={bound}"],
+                        scrapy_env(redis_url, CRAWLER_CONTACT="ops@example.org"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = json.loads(stats_file.read_text())
+    assert stats["crawler/sitemaps/fetched"] == 19  # as without the bound (tests/test_sitemaps.py)
+    assert stats["crawler/sitemaps/postponed"] >= 1
+    assert 52_428_800 <= stats["crawler/sitemaps/memory_max"] <= bound
+    assert stats["crawler/ledger/adds_up"] == 1 and stats["crawler/ledger/admitted"] == stats["crawler/ledger/stored"]

@@ -195,19 +195,22 @@ class SitemapMiddleware:
     async def read(self, response: Response) -> list[Any]:
         """Parse the sitemap in ``response`` in bounded steps, queuing what it lists."""
         try:
-            return await self._read(response)
+            if not 200 <= response.status < 300:
+                self._inc("failed")
+                return []
+            self._inc("fetched")
+            parser = SitemapParser(max_urls=self.max_urls, max_bytes=self.max_bytes,
+                                   max_compressed_bytes=self.max_bytes, max_url_length=self.max_url_length)
+            counts = dict.fromkeys(STATS, 0)
+            await self._parse(response, parser, counts)
+            self._tally(response, parser, counts)
+            return []
         finally:
             self.held.pop(response, None)
 
-    async def _read(self, response: Response) -> list[Any]:
+    async def _parse(self, response: Response, parser: SitemapParser, counts: dict[str, int]) -> None:
+        """Feed the body to ``parser`` a step at a time, each batch of entries judged and queued."""
         meta = response.meta[SITEMAP]
-        if not 200 <= response.status < 300:
-            self._inc("failed")
-            return []
-        self._inc("fetched")
-        parser = SitemapParser(max_urls=self.max_urls, max_bytes=self.max_bytes,
-                               max_compressed_bytes=self.max_bytes, max_url_length=self.max_url_length)
-        counts = dict.fromkeys(STATS, 0)
         # the indexes above it, and it under each URL it was asked as (redirects)
         up = [*meta.get("up", ()), *{_canonical(u): None for u in (*response.meta.get("redirect_urls", ()),
                                                                      response.url)}]
@@ -226,6 +229,9 @@ class SitemapMiddleware:
                 await asyncio.sleep(0)
             if not entries:
                 await asyncio.sleep(0)
+
+    def _tally(self, response: Response, parser: SitemapParser, counts: dict[str, int]) -> None:
+        """How the sitemap ended (truncated, invalid), counted with what it listed."""
         counts["urls"] = parser.urls
         # the download stopped at CRAWLER_SITEMAP_MAX_BYTES, with or without the size-cap middleware
         cut = any(flag in response.flags for flag in _CUT_FLAGS)
@@ -240,10 +246,9 @@ class SitemapMiddleware:
         self.stats.inc_value("crawler/sitemaps/invalid_urls", parser.invalid_urls)
         self._count(counts)
         logger.debug("Sitemap %s (%s, level %d): %d URLs, %d kept, %d offsite, %d too deep%s%s", response.url,
-                     parser.kind, meta["level"], parser.urls, counts["kept"], counts["offsite"], counts["too_deep"],
-                     f", cut: {parser.dropped_urls} URLs dropped" if counts["truncated"] else "",
+                     parser.kind, response.meta[SITEMAP]["level"], parser.urls, counts["kept"], counts["offsite"],
+                     counts["too_deep"], f", cut: {parser.dropped_urls} URLs dropped" if counts["truncated"] else "",
                      f", {parser.error}: {parser.error_detail}" if parser.error else "")
-        return []
 
     def _listed(self, entries: list[Entry], meta: dict[str, Any], up: list[str], counts: dict[str, int]) -> None:
         site, level = meta["site"], meta["level"]

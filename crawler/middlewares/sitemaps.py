@@ -55,6 +55,7 @@ from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
 from crawler._breaker import RedisNotAnswering
+from crawler.clock import clock_of
 from crawler.connection import REDIS_ERRORS
 from crawler.meta import ANY_TYPE, CHANGEFREQ, DELAY, LASTMOD, MAX_PAGE_BYTES, PRIORITY, SITEMAP
 from crawler.middlewares.robots import robots_txt_read, shared_robots
@@ -77,6 +78,7 @@ logger = logging.getLogger(__name__)
 _SITEMAP_LINE = re.compile(rb"^[ \t]*sitemap[ \t]*:[ \t]*([^\s#]+)", re.IGNORECASE | re.MULTILINE)
 _ENTRIES_PER_TURN = 256  # URLs handled between two turns of the event loop
 _MEMORY_WAIT = 2.0  # seconds a sitemap past CRAWLER_SITEMAP_MEMORY waits in the frontier
+_READ_TIME = 120.0  # seconds, beyond DOWNLOAD_TIMEOUT, a sitemap may take to reach its read and end it
 #: how the download of a sitemap ends when it stopped at its cap: ``truncated``
 #: from the size-cap middleware, ``download_stopped`` from the handler alone
 _CUT_FLAGS = ("truncated", "download_stopped")
@@ -113,9 +115,13 @@ class SitemapMiddleware:
         self.max_url_length = setting(settings, "CRAWLER_MAX_URL_LENGTH")
         self.memory = setting(settings, "CRAWLER_SITEMAP_MEMORY")
         self.robots: Any = None  # the robots.txt middleware, for rules already known here
-        # bytes held per sitemap in flight, by its request, then its response;
-        # weak: one that leaves by another way (a redirect, a retry) holds nothing once gone
-        self.held: WeakKeyDictionary[Any, int] = WeakKeyDictionary()
+        self.clock = clock_of(crawler)
+        # (bytes, since) per sitemap in flight, by its request, then its response. One that
+        # leaves by another way (a retry, a redirect, a hand-back, a spider middleware's
+        # error) holds nothing once gone (weak keys), or, kept alive by a cycle the collector
+        # has not reached (or frozen), once it is older than any download and read can be
+        self.held: WeakKeyDictionary[Any, tuple[int, float]] = WeakKeyDictionary()
+        self.held_for = settings.getfloat("DOWNLOAD_TIMEOUT", 180) + _READ_TIME
         self.unsent: Counter[str] = Counter()  # shared counts Redis did not take yet
         self.redis_away = False  # the last try to send them met an outage (logged once)
         crawler.signals.connect(self.robots_txt_read, signal=robots_txt_read)
@@ -158,7 +164,11 @@ class SitemapMiddleware:
     def held_bytes(self) -> int:
         """Bytes the sitemaps in flight hold: the cap of each being downloaded,
         the body of each downloaded and not read yet."""
-        return sum(self.held.values())
+        oldest = self.clock.monotonic() - self.held_for
+        stale = [key for key, (_, since) in self.held.items() if since < oldest]
+        for key in stale:
+            self.held.pop(key, None)
+        return sum(size for size, _ in self.held.values())
 
     def process_request(self, request: Request) -> Request | None:
         """A sitemap goes on if its cap fits in ``CRAWLER_SITEMAP_MEMORY``
@@ -171,7 +181,7 @@ class SitemapMiddleware:
             again = request.replace(dont_filter=True)
             again.meta[DELAY] = _MEMORY_WAIT
             return again
-        self.held[request] = self.max_bytes
+        self.held[request] = (self.max_bytes, self.clock.monotonic())
         self.stats.max_value("crawler/sitemaps/memory_max", held + self.max_bytes)
         return None
 
@@ -188,8 +198,9 @@ class SitemapMiddleware:
             request.callback = self.read
             if response.request is not None and response.request is not request:
                 response.request.callback = self.read
-            if self.held.pop(request, None) is not None:  # now its body, held until read
-                self.held[response] = len(response.body)
+            held = self.held.pop(request, None)
+            if held is not None and 200 <= response.status < 300:  # now its body, held until read
+                self.held[response] = (len(response.body), held[1])
         return response
 
     async def read(self, response: Response) -> list[Any]:

@@ -349,9 +349,9 @@ class SitemapMiddleware:
             logger.info("Sitemap counters stored in the frontier again")
 
     def spider_closed(self) -> None:
-        self._send()
+        # nothing is sent now: the session has closed (and may have cleared the frontier)
         if self.unsent:
-            logger.warning("Sitemap counters never stored in the frontier (Redis unreachable to the end): %s; "
+            logger.warning("Sitemap counters never stored in the frontier (Redis unreachable since): %s; "
                            "the crawl's stats have them", dict(self.unsent))
 
 

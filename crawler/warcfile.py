@@ -1,4 +1,4 @@
-"""WARC/1.1 records, gzip-compressed per record, written by a thread.
+"""WARC/1.1 files: records, gzip-compressed per record, written by a thread.
 
 Each record is one gzip member (ISA-L, ``isal``), so any WARC reader
 (warcio, the Internet Archive's tools) reads the files and can seek to a
@@ -22,56 +22,37 @@ record, pages still queued are dropped. :attr:`WarcWriter.written` tells
 which pages are in the files (each :meth:`~WarcWriter.put` returns the
 page's number, from 1; pages are written in that order).
 
-A page's response record holds the HTTP response as received when the page
-has it (``raw_head``, ``raw_body``: status line, headers and body bytes as
-they came off the wire, ``Content-Encoding`` and chunk framing included),
-else one rebuilt from the decoded response (a status line, the headers less
-``Content-Encoding``, ``Transfer-Encoding`` and ``Content-Length``, a
-``Content-Length`` of the decoded body). Every record has a
-``WARC-Block-Digest``; request and response records a
-``WARC-Payload-Digest`` over the bytes after the HTTP head, as stored (for a
-chunked body: with its framing, which is what warcio and FastWARC check);
-the request record names its response in ``WARC-Concurrent-To``.
-
-A body that arrived compressed (``Content-Encoding``: its bytes as received
-are fewer than the body they decode to) is not compressed a second time: its
-record's gzip member holds the WARC and HTTP heads deflated and the body in
-stored blocks, 7 times cheaper than ISA-L's level 1 over bytes it cannot
-shrink, and no larger (docs/benchmarks.md, "Where the CPU goes").
+The records themselves (what a page becomes, as gzip members) are built in
+``crawler/warcrecords.py``; their names are importable from here too.
 """
 
 from __future__ import annotations
 
 import atexit
-import base64
 import errno
-import hashlib
 import logging
 import os
 import queue
-import struct
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from http import HTTPStatus
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from isal import isal_zlib
-
 from crawler.clock import SYSTEM, Clock
+from crawler.warcrecords import (
+    Headers,
+    Page,
+    arrived_compressed,
+    gzip_member,
+    gzip_member_stored,
+    page_members,
+    page_records,
+    warcinfo_record,
+)
 
 logger = logging.getLogger(__name__)
 
-_HOP_BY_HOP = {b"content-encoding", b"transfer-encoding", b"content-length"}
-#: a response body whose bytes as received are under this share of the decoded
-#: body arrived compressed: it is stored, not compressed again
-_COMPRESSED = 0.9
-_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, no mtime, unknown OS
-_STORED_MAX = 65_535  # bytes in one stored deflate block
 _IOV_MAX = 1024  # pieces one writev takes (Linux's IOV_MAX)
-Headers = Sequence[tuple[bytes, bytes]]
 #: a write that fails so waits for space instead of stopping the writer
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
@@ -79,191 +60,6 @@ NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 def no_space(exc: BaseException) -> bool:
     """Whether ``exc`` says the disk (or the quota) is full."""
     return isinstance(exc, OSError) and exc.errno in NO_SPACE
-
-
-@dataclass
-class Page:
-    """One fetch as it goes into the WARC file: a request and a response record."""
-
-    url: str
-    method: str
-    request_headers: Headers
-    request_body: bytes
-    status: int
-    response_headers: Headers
-    body: bytes
-    truncated: bool = False
-    date: float = 0.0  # epoch seconds of the fetch
-    raw_head: bytes | None = None  # the response's head as received (None: rebuild it)
-    raw_body: bytes = b""  # with raw_head: the body as received, before decoding
-    dataloss: bool = False  # the connection ended before the body's end
-    ip: str = ""  # the server's address
-
-
-_ids: list[bytes] = []  # random bytes for the next record IDs
-os.register_at_fork(after_in_child=_ids.clear)  # a child draws its own
-
-
-def _record_id() -> str:
-    """A random (version 4) UUID URN, from 4 KiB of ``os.urandom`` at a time:
-    one system call per 256 records instead of one per record."""
-    try:
-        random = _ids.pop()
-    except IndexError:
-        pool = os.urandom(4096)
-        _ids.extend(pool[i:i + 16] for i in range(16, 4096, 16))
-        random = pool[:16]
-    # uuid.UUID(bytes=random, version=4), formatted here in a third of its time
-    h = (int.from_bytes(random, "big") & _UUID_KEEP | _UUID_V4).to_bytes(16, "big").hex()
-    return f"<urn:uuid:{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}>"
-
-
-_UUID_KEEP = ~(0xF000 << 64 | 0xC000 << 48) & (1 << 128) - 1  # the version's and the variant's bits cleared
-_UUID_V4 = 0x4000 << 64 | 0x8000 << 48
-
-
-def _warc_headers(kind: str, url: str, date: str, content_type: str, length: int,
-                  extra: Sequence[tuple[str, str]] = (), record_id: str = "") -> bytes:
-    lines = [
-        "WARC/1.1",
-        f"WARC-Type: {kind}",
-        f"WARC-Record-ID: {record_id or _record_id()}",
-        f"WARC-Date: {date}",
-    ]
-    if url:
-        lines.append(f"WARC-Target-URI: {url}")
-    lines += [f"{name}: {value}" for name, value in extra]
-    lines += [f"Content-Type: {content_type}", f"Content-Length: {length}", "", ""]
-    return "\r\n".join(lines).encode("utf-8")
-
-
-def _http_head(first_line: str, headers: Headers) -> bytes:
-    out = [first_line.encode("latin-1"), b"\r\n"]
-    for name, value in headers:
-        out += [name, b": ", value, b"\r\n"]
-    out.append(b"\r\n")
-    return b"".join(out)
-
-
-def _sha1(*parts: bytes) -> str:
-    if len(parts) == 1 and not parts[0]:
-        return _EMPTY_SHA1  # a request's body, nearly always
-    digest = hashlib.sha1(parts[0])
-    for part in parts[1:]:  # no concatenated copy
-        digest.update(part)
-    return "sha1:" + _base32(digest.digest())
-
-
-_B32_PAIRS = [a + b for a in "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567" for b in "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"]
-_SHIFTS = tuple(range(150, -10, -10))
-
-
-def _base32(digest: bytes) -> str:
-    """``base64.b32encode(digest).decode()`` of a 20-byte digest (32
-    characters, no padding), in half the time."""
-    n = int.from_bytes(digest, "big")
-    return "".join([_B32_PAIRS[(n >> shift) & 1023] for shift in _SHIFTS])
-
-
-_EMPTY_SHA1 = "sha1:" + base64.b32encode(hashlib.sha1(b"").digest()).decode()
-
-
-def page_records(page: Page, clock: Clock = SYSTEM) -> list[list[bytes]]:
-    """The request and response records of ``page``, each as a list of
-    parts; dated ``page.date``, else now on ``clock`` (its wall-clock face)."""
-    # "2026-12-04T15:21:05.702256Z": isoformat is half strftime's cost
-    date = datetime.fromtimestamp(page.date or clock.time(), timezone.utc).isoformat(
-        timespec="microseconds")[:-6] + "Z"
-    parts = page.url.split("/", 3)
-    target = "/" + (parts[3] if len(parts) > 3 else "")
-    target = target.split("#", 1)[0]
-    host = parts[2] if len(parts) > 2 else ""
-    request_head = _http_head(f"{page.method} {target} HTTP/1.1",
-                              [*page.request_headers, (b"Host", host.encode("latin-1"))])
-    if page.raw_head is not None:  # as received
-        response_head, payload = page.raw_head, page.raw_body
-    else:  # another download handler: rebuilt from the decoded response
-        try:
-            reason = HTTPStatus(page.status).phrase
-        except ValueError:
-            reason = "Unknown"
-        response_head = _http_head(
-            f"HTTP/1.1 {page.status} {reason}",
-            [(k, v) for k, v in page.response_headers if k.lower() not in _HOP_BY_HOP]
-            + [(b"Content-Length", str(len(page.body)).encode())],
-        )
-        payload = page.body
-    response_id = _record_id()
-    ip = [("WARC-IP-Address", page.ip)] if page.ip else []
-    extra = [*ip, ("WARC-Block-Digest", _sha1(response_head, payload)),
-             ("WARC-Payload-Digest", _sha1(payload))]
-    if page.truncated:
-        extra.append(("WARC-Truncated", "length"))
-    elif page.dataloss:
-        extra.append(("WARC-Truncated", "disconnect"))
-    response = [
-        _warc_headers("response", page.url, date, "application/http; msgtype=response",
-                      len(response_head) + len(payload), extra, response_id),
-        response_head, payload, b"\r\n\r\n",
-    ]
-    request = [
-        _warc_headers("request", page.url, date, "application/http; msgtype=request",
-                      len(request_head) + len(page.request_body),
-                      [("WARC-Concurrent-To", response_id), *ip,
-                       ("WARC-Block-Digest", _sha1(request_head, page.request_body)),
-                       ("WARC-Payload-Digest", _sha1(page.request_body))]),
-        request_head, page.request_body, b"\r\n\r\n",
-    ]
-    return [request, response]
-
-
-def warcinfo_record(filename: str, fields: dict[str, str], clock: Clock = SYSTEM) -> list[bytes]:
-    """A warcinfo record, dated now on ``clock`` (its wall-clock face)."""
-    date = datetime.fromtimestamp(clock.time(), timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    body = "".join(f"{k}: {v}\r\n" for k, v in fields.items()).encode()
-    head = _warc_headers("warcinfo", "", date, "application/warc-fields", len(body),
-                         [("WARC-Filename", filename), ("WARC-Block-Digest", _sha1(body))])
-    return [head, body, b"\r\n\r\n"]
-
-
-def gzip_member(parts: Sequence[bytes], level: int) -> bytes:
-    """``parts`` as one gzip member, in one call (one release of the GIL)."""
-    return isal_zlib.compress(b"".join(parts), level=level, wbits=31)
-
-
-def gzip_member_stored(head: Sequence[bytes], body: bytes, tail: bytes, level: int) -> list[bytes | memoryview]:
-    """``head``, ``body`` and ``tail`` as one gzip member in which ``body``
-    is not compressed: ``head`` deflated (and flushed to a byte boundary),
-    then ``body`` and ``tail`` in stored blocks, the last one final. For
-    bytes that are compressed already (a body as received with a
-    ``Content-Encoding``). The member's pieces, in order: ``body`` is not
-    copied."""
-    head_bytes = b"".join(head)
-    deflate = isal_zlib.compressobj(level, isal_zlib.DEFLATED, -15)
-    out: list[bytes | memoryview] = [_GZIP_HEADER, deflate.compress(head_bytes), deflate.flush(isal_zlib.Z_SYNC_FLUSH)]
-    view = memoryview(body)
-    for start in range(0, len(body), _STORED_MAX):
-        block = view[start:start + _STORED_MAX]
-        out += [struct.pack("<BHH", 0, len(block), len(block) ^ 0xFFFF), block]
-    out += [struct.pack("<BHH", 1, len(tail), len(tail) ^ 0xFFFF), tail]
-    crc = isal_zlib.crc32(tail, isal_zlib.crc32(body, isal_zlib.crc32(head_bytes)))
-    out.append(struct.pack("<II", crc, (len(head_bytes) + len(body) + len(tail)) & 0xFFFFFFFF))
-    return out
-
-
-def arrived_compressed(page: Page) -> bool:
-    """The response's body as received is compressed (fewer bytes than the
-    body they decode to): storing it costs less than compressing it again."""
-    return page.raw_head is not None and 0 < len(page.raw_body) < len(page.body) * _COMPRESSED
-
-
-def page_members(page: Page, level: int, clock: Clock = SYSTEM) -> list[bytes | memoryview]:
-    """``page``'s request and response records, each a gzip member, as the
-    pieces of one write."""
-    request, response = page_records(page, clock)
-    if arrived_compressed(page):
-        return [gzip_member(request, level), *gzip_member_stored(response[:2], response[2], response[3], level)]
-    return [gzip_member(request, level), gzip_member(response, level)]
 
 
 class WarcFailed(Exception):
@@ -500,7 +296,7 @@ class WarcWriter:
         total = sum(len(piece) for piece in pieces)
         if len(pieces) == 1:
             view = memoryview(pieces[0])
-        elif len(pieces) > _IOV_MAX:  # a body of over 30 MB stored as it came
+        elif len(pieces) > _IOV_MAX:  # a body stored as it came, in more than _IOV_MAX blocks
             view = memoryview(b"".join(pieces))
         else:
             done = os.writev(self.file.fileno(), pieces)
@@ -508,3 +304,7 @@ class WarcWriter:
         while view:  # an unbuffered write may take less than it was given
             view = view[self.file.write(view) or 0:]
         self.size += total
+
+
+__all__ = ["NO_SPACE", "Headers", "Page", "WarcFailed", "WarcWriter", "arrived_compressed", "gzip_member",
+           "gzip_member_stored", "no_space", "page_members", "page_records", "warcinfo_record"]

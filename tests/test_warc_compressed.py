@@ -14,7 +14,7 @@ from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler import warcfile
+from crawler import warcrecords
 from crawler.warcfile import Page, WarcWriter
 from tests.test_warc_records import checks, chunked, head
 
@@ -97,7 +97,7 @@ def test_a_coding_that_did_not_shrink_the_body_is_compressed(tmp_path: Path) -> 
 
 
 def test_record_ids_are_unique_and_a_forked_child_draws_its_own() -> None:
-    ids = [warcfile._record_id() for _ in range(3_000)]  # more than one pool of 256
+    ids = [warcrecords._record_id() for _ in range(3_000)]  # more than one pool of 256
     assert len(set(ids)) == len(ids)
     assert all(i.startswith("<urn:uuid:") and i[24] == "4" for i in ids)  # version 4
     parsed = [uuid.UUID(i[10:-1]) for i in ids]
@@ -106,11 +106,11 @@ def test_record_ids_are_unique_and_a_forked_child_draws_its_own() -> None:
     read, write_ = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its next ID
-        os.write(write_, warcfile._record_id().encode())
+        os.write(write_, warcrecords._record_id().encode())
         os._exit(0)
     os.close(write_)
     child = os.read(read, 100).decode()
     os.close(read)
     os.waitpid(pid, 0)
     assert child.startswith("<urn:uuid:")
-    assert child != warcfile._record_id()  # not the parent's next one from the same pool
+    assert child != warcrecords._record_id()  # not the parent's next one from the same pool

@@ -8,7 +8,7 @@ response record holds the HTTP response as received (status line, headers,
 body bytes before decoding; cut at the page cap, then marked
 ``WARC-Truncated: length``; :mod:`crawler.fetch.received`); with another
 handler it is rebuilt from the decoded response. Digests and record links:
-:mod:`crawler.warcfile`.
+:mod:`crawler.warcrecords`.
 
 Records are compressed with ISA-L at ``CRAWLER_WARC_LEVEL`` (0-3, default 1)
 and written by a thread (:mod:`crawler.warcfile`); at most

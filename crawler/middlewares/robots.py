@@ -77,8 +77,8 @@ _FETCH_LOCK_MS = 60_000
 _REDIS_WAIT = 5.0
 _WAIT_STEP = 0.1
 _LOCAL = 50_000  # origins whose rules a process keeps
-#: and the bytes their indexes may hold together: a file of 500 kB of
-#: wildcard rules is an index of about 3 MB, and 50,000 of them would not fit
+#: and the bytes their indexes may hold together: a big file of wildcard rules
+#: makes an index of megabytes (docs/operations.md), and 50,000 of them would not fit
 _LOCAL_BYTES = 100 * 2**20
 _LOCAL_TTL = 300.0
 _WORKER_BYTES = 16_384  # robots.txt bodies from which parsing runs in a worker process
@@ -324,10 +324,7 @@ class SharedRobotsMiddleware:
                 self.stats.inc_value("crawler/robots/truncated")
             rules = await self._final(origin, {"mode": "parse", "status": status, "body": body}, store)
             self._read(origin, body)
-            try:
-                self._apply_crawl_delay(origin, rules)
-            except redis.RedisError:
-                logger.warning("Crawl-delay of %s not stored: Redis unavailable", origin)
+            self._apply_crawl_delay(origin, rules)  # its Redis writes are the session's: never raised here
             return rules
         if status is not None and 400 <= status < 500 and status != 429:
             rules = await self._final(origin, {"mode": "allow", "status": status}, store)

@@ -30,8 +30,15 @@ Flow (docs/sitemaps.md has the rules and the reasons):
    sitemap index are fetched as in 2, one level deeper, unless past
    ``CRAWLER_SITEMAP_DEPTH`` (``too_deep``) or already above them (``loops``).
 
+The bytes held by the sitemaps in flight together (downloading: their cap;
+downloaded: their body, until read) stay within ``CRAWLER_SITEMAP_MEMORY``:
+a sitemap request that would go past it waits in the frontier
+(``crawler/sitemaps/postponed``) and is tried again; one is always let
+through when none is held.
+
 Stats ``crawler/sitemaps/*``, also counted in the frontier for ``scrapy
-frontier`` (``sitemaps_*``).
+frontier`` (``sitemaps_*``). Counts that Redis could not take (an outage)
+are kept here and sent with the next ones (``crawler/sitemaps/redis_unavailable``).
 """
 
 from __future__ import annotations
@@ -39,13 +46,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections import Counter
 from typing import TYPE_CHECKING, Any
+from weakref import WeakKeyDictionary
 
 import redis
-from scrapy import Request
+from scrapy import Request, signals
 from scrapy.exceptions import NotConfigured
 
-from crawler.meta import ANY_TYPE, CHANGEFREQ, LASTMOD, MAX_PAGE_BYTES, PRIORITY, SITEMAP
+from crawler._breaker import RedisNotAnswering
+from crawler.clock import clock_of
+from crawler.connection import REDIS_ERRORS
+from crawler.meta import ANY_TYPE, CHANGEFREQ, DELAY, LASTMOD, MAX_PAGE_BYTES, PRIORITY, SITEMAP
 from crawler.middlewares.robots import robots_txt_read, shared_robots
 from crawler.identity import canonicalize, domain_of
 from crawler.worker import uses_frontier
@@ -65,6 +77,11 @@ logger = logging.getLogger(__name__)
 #: the field name in any case, the value up to whitespace or a comment
 _SITEMAP_LINE = re.compile(rb"^[ \t]*sitemap[ \t]*:[ \t]*([^\s#]+)", re.IGNORECASE | re.MULTILINE)
 _ENTRIES_PER_TURN = 256  # URLs handled between two turns of the event loop
+_MEMORY_WAIT = 2.0  # seconds a sitemap past CRAWLER_SITEMAP_MEMORY waits in the frontier
+_READ_TIME = 120.0  # seconds, beyond DOWNLOAD_TIMEOUT, a sitemap may take to reach its read and end it
+#: how the download of a sitemap ends when it stopped at its cap: ``truncated``
+#: from the size-cap middleware, ``download_stopped`` from the handler alone
+_CUT_FLAGS = ("truncated", "download_stopped")
 STATS = ("discovered", "guessed", "fetched", "urls", "kept", "offsite", "truncated", "too_deep", "invalid",
          "loops", "disallowed", "failed")
 
@@ -96,8 +113,19 @@ class SitemapMiddleware:
         self.max_bytes = setting(settings, "CRAWLER_SITEMAP_MAX_BYTES")
         self.priority = setting(settings, "CRAWLER_SITEMAP_PRIORITY")
         self.max_url_length = setting(settings, "CRAWLER_MAX_URL_LENGTH")
+        self.memory = setting(settings, "CRAWLER_SITEMAP_MEMORY")
         self.robots: Any = None  # the robots.txt middleware, for rules already known here
+        self.clock = clock_of(crawler)
+        # (bytes, since) per sitemap in flight, by its request, then its response. One that
+        # leaves by another way (a retry, a redirect, a hand-back, a spider middleware's
+        # error) holds nothing once gone (weak keys), or, kept alive by a cycle the collector
+        # has not reached (or frozen), once it is older than any download and read can be
+        self.held: WeakKeyDictionary[Any, tuple[int, float]] = WeakKeyDictionary()
+        self.held_for = settings.getfloat("DOWNLOAD_TIMEOUT", 180) + _READ_TIME
+        self.unsent: Counter[str] = Counter()  # shared counts Redis did not take yet
+        self.redis_away = False  # the last try to send them met an outage (logged once)
         crawler.signals.connect(self.robots_txt_read, signal=robots_txt_read)
+        crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> SitemapMiddleware:
@@ -131,6 +159,35 @@ class SitemapMiddleware:
         })
         self.crawler.engine.crawl(request)  # type: ignore[union-attr]
 
+    # --- the memory bound ---------------------------------------------------
+
+    def held_bytes(self) -> int:
+        """Bytes the sitemaps in flight hold: the cap of each being downloaded,
+        the body of each downloaded and not read yet."""
+        oldest = self.clock.monotonic() - self.held_for
+        stale = [key for key, (_, since) in self.held.items() if since < oldest]
+        for key in stale:
+            self.held.pop(key, None)
+        return sum(size for size, _ in self.held.values())
+
+    def process_request(self, request: Request) -> Request | None:
+        """A sitemap goes on if its cap fits in ``CRAWLER_SITEMAP_MEMORY``
+        beside those in flight (or none is held); else it waits in the frontier."""
+        if SITEMAP not in request.meta:
+            return None
+        held = self.held_bytes()
+        if held and held + self.max_bytes > self.memory:
+            self.stats.inc_value("crawler/sitemaps/postponed")
+            again = request.replace(dont_filter=True)
+            again.meta[DELAY] = _MEMORY_WAIT
+            return again
+        self.held[request] = (self.max_bytes, self.clock.monotonic())
+        self.stats.max_value("crawler/sitemaps/memory_max", held + self.max_bytes)
+        return None
+
+    def process_exception(self, request: Request, exception: BaseException) -> None:
+        self.held.pop(request, None)
+
     # --- the response ------------------------------------------------------
 
     def process_response(self, request: Request, response: Response) -> Response:
@@ -141,18 +198,30 @@ class SitemapMiddleware:
             request.callback = self.read
             if response.request is not None and response.request is not request:
                 response.request.callback = self.read
+            held = self.held.pop(request, None)
+            if held is not None and 200 <= response.status < 300:  # now its body, held until read
+                self.held[response] = (len(response.body), held[1])
         return response
 
     async def read(self, response: Response) -> list[Any]:
         """Parse the sitemap in ``response`` in bounded steps, queuing what it lists."""
-        meta = response.meta[SITEMAP]
-        if not 200 <= response.status < 300:
-            self._inc("failed")
+        try:
+            if not 200 <= response.status < 300:
+                self._inc("failed")
+                return []
+            self._inc("fetched")
+            parser = SitemapParser(max_urls=self.max_urls, max_bytes=self.max_bytes,
+                                   max_compressed_bytes=self.max_bytes, max_url_length=self.max_url_length)
+            counts = dict.fromkeys(STATS, 0)
+            await self._parse(response, parser, counts)
+            self._tally(response, parser, counts)
             return []
-        self._inc("fetched")
-        parser = SitemapParser(max_urls=self.max_urls, max_bytes=self.max_bytes,
-                               max_compressed_bytes=self.max_bytes, max_url_length=self.max_url_length)
-        counts = dict.fromkeys(STATS, 0)
+        finally:
+            self.held.pop(response, None)
+
+    async def _parse(self, response: Response, parser: SitemapParser, counts: dict[str, int]) -> None:
+        """Feed the body to ``parser`` a step at a time, each batch of entries judged and queued."""
+        meta = response.meta[SITEMAP]
         # the indexes above it, and it under each URL it was asked as (redirects)
         up = [*meta.get("up", ()), *{_canonical(u): None for u in (*response.meta.get("redirect_urls", ()),
                                                                      response.url)}]
@@ -171,8 +240,12 @@ class SitemapMiddleware:
                 await asyncio.sleep(0)
             if not entries:
                 await asyncio.sleep(0)
+
+    def _tally(self, response: Response, parser: SitemapParser, counts: dict[str, int]) -> None:
+        """How the sitemap ended (truncated, invalid), counted with what it listed."""
         counts["urls"] = parser.urls
-        cut = "truncated" in response.flags  # the download stopped at CRAWLER_SITEMAP_MAX_BYTES
+        # the download stopped at CRAWLER_SITEMAP_MAX_BYTES, with or without the size-cap middleware
+        cut = any(flag in response.flags for flag in _CUT_FLAGS)
         if parser.truncated or cut:
             counts["truncated"] = 1
         if cut and parser.error in ("malformed", "gzip-truncated"):
@@ -184,10 +257,9 @@ class SitemapMiddleware:
         self.stats.inc_value("crawler/sitemaps/invalid_urls", parser.invalid_urls)
         self._count(counts)
         logger.debug("Sitemap %s (%s, level %d): %d URLs, %d kept, %d offsite, %d too deep%s%s", response.url,
-                     parser.kind, meta["level"], parser.urls, counts["kept"], counts["offsite"], counts["too_deep"],
-                     f", cut: {parser.dropped_urls} URLs dropped" if counts["truncated"] else "",
+                     parser.kind, response.meta[SITEMAP]["level"], parser.urls, counts["kept"], counts["offsite"],
+                     counts["too_deep"], f", cut: {parser.dropped_urls} URLs dropped" if counts["truncated"] else "",
                      f", {parser.error}: {parser.error_detail}" if parser.error else "")
-        return []
 
     def _listed(self, entries: list[Entry], meta: dict[str, Any], up: list[str], counts: dict[str, int]) -> None:
         site, level = meta["site"], meta["level"]
@@ -238,14 +310,49 @@ class SitemapMiddleware:
         counts = {name: n for name, n in counts.items() if n}
         for name, n in counts.items():
             self.stats.inc_value(f"crawler/sitemaps/{name}", n)
+            self.unsent[name] += n
+        self._send()
+
+    def _send(self) -> None:
+        """The counts not in the frontier yet, sent. Redis away: they are kept
+        for the next try (the outage is the worker's to pause the crawl for,
+        said here once and counted), but for one that timed out once sent, which
+        Redis may have counted; another Redis error drops them, said at ERROR
+        and counted as the session counts its own (``crawler/redis/errors``)."""
         service = frontier_service(self.crawler)
-        if service is None or not counts:
+        if service is None or service.frontier is None or not self.unsent or service.redis_down:
             return
         try:
-            for name, n in counts.items():
+            while self.unsent:
+                name, n = next(iter(self.unsent.items()))
                 service.frontier.count(f"sitemaps_{name}", n)
+                del self.unsent[name]
+        except REDIS_ERRORS as exc:
+            if isinstance(exc, redis.TimeoutError) and not isinstance(exc, RedisNotAnswering):
+                # sent, unanswered: the server may count it when it answers again, so it is
+                # not sent twice (a silent server refuses the calls after this one unsent)
+                del self.unsent[name]
+            self.stats.inc_value("crawler/sitemaps/redis_unavailable")
+            if not self.redis_away:
+                logger.warning("Sitemap counters not stored in the frontier, Redis unreachable (%s): "
+                               "kept here for the next try", exc)
+            self.redis_away = True
+            return
         except redis.RedisError as exc:
-            logger.debug("Sitemap counters not stored in the frontier: %s", exc)
+            logger.error("Redis error storing the sitemap counters of the frontier (%s: %s): "
+                         "%s not counted in scrapy frontier", type(exc).__name__, exc, dict(self.unsent))
+            self.stats.inc_value("crawler/redis/errors")
+            self.unsent.clear()
+            return
+        if self.redis_away:
+            self.redis_away = False
+            logger.info("Sitemap counters stored in the frontier again")
+
+    def spider_closed(self) -> None:
+        # nothing is sent now: the session has closed (and may have cleared the frontier)
+        if self.unsent:
+            logger.warning("Sitemap counters never stored in the frontier (Redis unreachable since): %s; "
+                           "the crawl's stats have them", dict(self.unsent))
 
 
 def _canonical(url: str) -> str:

@@ -95,7 +95,7 @@ from tests.servers import RedisServer, cpu_seconds  # noqa: E402
 #: component -> path fragments of a py-spy frame; the first match from the
 #: innermost frame outwards names the component of a sample
 COMPONENTS = (
-    ("WARC", ("warcfile.py", "extensions/warc.py", "warcio/", "isal/")),
+    ("WARC", ("warcfile.py", "warcrecords.py", "extensions/warc.py", "warcio/", "isal/")),
     ("TLS", ("OpenSSL/", "twisted/protocols/tls.py", "_sslverify.py", "crawler/fetch/_tls.py", "/ssl.py",
              "asyncio/sslproto.py",
              "service_identity/", "cryptography/", "contextfactory.py", "downloader/tls.py")),
@@ -117,7 +117,7 @@ COMPONENTS = (
 #: (docs/benchmarks.md, "Where the CPU goes"). The collector's CPU shows inside
 #: whichever area allocated when a collection started: py-spy cannot see it.
 AREAS = (
-    ("WARC", ("warcfile.py", "extensions/warc.py", "fetch/received.py", "isal/", "hashlib")),
+    ("WARC", ("warcfile.py", "warcrecords.py", "extensions/warc.py", "fetch/received.py", "isal/", "hashlib")),
     ("links", ("crawler/links.py", "_fastjoin.py", "_hrefscan", "selectolax", "ada_url", "bare_links (",
                "bare_clean (")),
     ("frontier", ("crawler/scheduler/", "redis/", "hiredis", "msgpack", "middlewares/acks.py", "crawler/seeds.py")),

@@ -267,6 +267,14 @@ class TLSProtocol(asyncio.Protocol):
     def is_closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
 
+    def pause_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()  # type: ignore[attr-defined]
+
+    def resume_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()  # type: ignore[attr-defined]
+
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "ssl_object":
             return self.tls

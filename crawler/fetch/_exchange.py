@@ -89,6 +89,7 @@ class State(Enum):
 
 
 _ENDED = (State.DONE, State.CUT, State.LOST, State.FAILED)
+_HEAD, _BODY = State.HEAD, State.BODY  # looked up once: read for every network read
 
 
 class Exchange:
@@ -182,17 +183,18 @@ class Exchange:
     # what the connection calls
 
     def feed(self, data: bytes) -> None:
-        if self.state is State.HEAD:
+        if self.state is _HEAD:
             self.buffer += data
             if not self._heads():
                 return
             data = bytes(self.buffer)
             self.buffer.clear()
-        elif self.state is not State.BODY:
+        elif self.state is not _BODY:
             if data:
                 self.extra = True  # after the body's end: something is off
             return
-        self._read(data)
+        assert self.reader is not None
+        self._events(self.reader.feed(data), data)
 
     def pull(self) -> None:
         """Decode one more step of what the decoder holds."""
@@ -243,7 +245,7 @@ class Exchange:
         self.status, self.version, self.headers = parsed.status, parsed.version, parsed.headers
         self.bad_header_lines = parsed.bad_header_lines
         self.persistent = parsed.persistent
-        frame = framing(parsed.status, self.head_only, parsed.headers)
+        frame = framing(parsed.status, self.head_only, parsed.fields)
         if isinstance(frame, Refusal):
             self.fail(DownloadFailedError(frame.reason))
             return False
@@ -251,7 +253,7 @@ class Exchange:
         if frame.merged:  # one value, as Scrapy's handler gives it
             self.headers = [h for h in self.headers if h[0].lower() != b"content-length"]
             self.headers.append((b"Content-Length", str(frame.length).encode()))
-        codings = [v for n, v in self.headers if n.lower() == b"content-encoding"]
+        codings = parsed.codings
         if codings and frame.kind is not Kind.NONE:
             try:
                 self.decoder, self.codings_left = decoder(codings)
@@ -268,18 +270,15 @@ class Exchange:
 
     # the body
 
-    def _read(self, data: bytes) -> None:
-        assert self.reader is not None
-        self._events(self.reader.feed(data), data)
 
     def _events(self, events: list[Event], data: bytes) -> None:
-        chunked = self.chunked
+        chunked = self.framing.kind is Kind.CHUNKED
         if chunked and self.raw_parts is not None and data:
             self.raw_parts.append(data)  # as fed, framing included: cut to where reading stopped
         for event in events:
-            if isinstance(event, Data):
+            if type(event) is Data:
                 self._keep(event.data)
-                if self.finished:
+                if self.state in _ENDED:
                     if chunked and self.state is State.CUT:
                         self.raw_end = event.end
                     return
@@ -328,9 +327,10 @@ class Exchange:
     def _kept(self, data: bytes) -> None:
         if data:
             self.parts.append(data)
-            self.pending.append(data)
             self.kept += len(data)
-            self.pending_bytes += len(data)
+            if self.on_data is not None:
+                self.pending.append(data)
+                self.pending_bytes += len(data)
         if self.kept > self.cap:
             if self.cap < self.limit:
                 decoded = " once decoded" if self.decoder is not None else ""
@@ -338,9 +338,10 @@ class Exchange:
                 return
             excess = self.kept - self.cap  # the body ends at the cap, its flag says it was cut
             self.parts[-1] = self.parts[-1][:-excess]
-            self.pending[-1] = self.parts[-1]
             self.kept = self.cap
-            self.pending_bytes -= excess
+            if self.pending:
+                self.pending[-1] = self.parts[-1]
+                self.pending_bytes -= excess
             self._pass_on(final=True)
             if not self.finished:
                 self.state = State.CUT

@@ -34,6 +34,10 @@ _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}[ \t]*")  # up to the ";" of an ext
 
 # the head
 
+#: the header fields read here: framing, persistence, decoding
+_READ_HERE = frozenset((b"content-length", b"transfer-encoding", b"connection", b"content-encoding"))
+
+
 @dataclass(slots=True)
 class Head:
     """A response's status line and header lines, as parsed."""
@@ -42,6 +46,8 @@ class Head:
     version: bytes  # as the server said: b"HTTP/1.1", b"HTTP/1.0"
     headers: HeaderList
     bad_header_lines: int = 0  # skipped: no colon
+    #: the lines of the fields read here (framing, persistence, decoding), names in lower case
+    fields: HeaderList = field(default_factory=list)
 
     @property
     def interim(self) -> bool:
@@ -53,7 +59,12 @@ class Head:
         """Whether the server lets the connection carry another exchange:
         HTTP/1.1 without ``Connection: close``."""
         return self.version == b"HTTP/1.1" and not any(
-            n.lower() == b"connection" and b"close" in v.lower() for n, v in self.headers)
+            n == b"connection" and b"close" in v.lower() for n, v in self.fields)
+
+    @property
+    def codings(self) -> list[bytes]:
+        """The ``Content-Encoding`` values, in their order."""
+        return [v for n, v in self.fields if n == b"content-encoding"]
 
 
 def split_head(buffer: bytes | bytearray, max_head: int) -> tuple[int, int] | None:
@@ -85,6 +96,7 @@ def parse_head(head: bytes) -> Head:
         raise ValueError(f"not an HTTP/1.x response: {status_line[:80]!r}")
     parsed = Head(int(code), version, [])
     headers = parsed.headers
+    read_here: list[int] = []  # where the fields read here are in headers
     for line in lines[1:]:  # a CR before the LF goes with the strip()s below
         if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
             name, value = headers[-1]
@@ -95,7 +107,10 @@ def parse_head(head: bytes) -> Head:
         if not colon or not name:
             parsed.bad_header_lines += 1
             continue
+        if name[0] in b"cCtT" and name.lower() in _READ_HERE:
+            read_here.append(len(headers))
         headers.append((name, value.strip()))
+    parsed.fields = [(headers[i][0].lower(), headers[i][1]) for i in read_here]
     return parsed
 
 
@@ -163,7 +178,7 @@ def framing(status: int, head_request: bool, headers: HeaderList) -> Framing | R
 
 # the body's events
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Data:
     data: bytes  # body bytes, framing removed
     #: where this data ends in the bytes fed to the reader, framing included
@@ -171,17 +186,17 @@ class Data:
     end: int = field(default=0, compare=False)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EndOfMessage:
     extra: int = 0  # bytes fed after the body's end (something is off: the connection is not reused)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Malformed:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Incomplete:
     """The connection ended before the body did."""
 
@@ -234,13 +249,16 @@ class Chunk(Enum):
     DONE = "done"
 
 
+_SIZE, _DATA, _DATA_END, _TRAILERS, _DONE = Chunk  # the states, looked up once
+
+
 class ChunkedReader:
     """A ``Transfer-Encoding: chunked`` body. Chunk data is passed on whole
     or sliced once; only an unfinished line waits for the next read."""
 
     def __init__(self) -> None:
-        self.state = Chunk.SIZE
-        self.left = 0  # Chunk.DATA: bytes of the chunk still to come
+        self.state = _SIZE
+        self.left = 0  # _DATA: bytes of the chunk still to come
         self.line = b""  # the start of a line not ended yet
         self.consumed = 0  # bytes fed and read, the unfinished line aside
 
@@ -252,8 +270,8 @@ class ChunkedReader:
         base = self.consumed
         pos = 0
         size = len(data)
-        while self.state is not Chunk.DONE:
-            if self.state is Chunk.DATA:
+        while self.state is not _DONE:
+            if self.state is _DATA:
                 take = min(size - pos, self.left)
                 if not take:
                     break
@@ -261,7 +279,7 @@ class ChunkedReader:
                 pos += take
                 self.left -= take
                 if not self.left:
-                    self.state = Chunk.DATA_END
+                    self.state = _DATA_END
                 continue
             end = data.find(b"\n", pos)
             if end == -1:
@@ -275,31 +293,31 @@ class ChunkedReader:
             if problem:
                 events.append(Malformed(problem))
                 return events
-            if self.state is Chunk.DONE:
+            if self.state is _DONE:
                 events.append(EndOfMessage(size - pos))
         self.consumed = base + pos
-        if pos < size and self.state is not Chunk.DONE:
+        if pos < size and self.state is not _DONE:
             self.line = data[pos:]
         return events
 
     def _line(self, line: bytes) -> str:
         """Read one line in the current state; the problem with it, if any."""
-        if self.state is Chunk.SIZE:
+        if self.state is _SIZE:
             size_field = line.split(b";", 1)[0]
             if _CHUNK_SIZE.fullmatch(size_field) is None:
                 return f"bad chunk size {size_field[:20]!r}"
             self.left = int(size_field, 16)
-            self.state = Chunk.DATA if self.left else Chunk.TRAILERS
-        elif self.state is Chunk.DATA_END:
+            self.state = _DATA if self.left else _TRAILERS
+        elif self.state is _DATA_END:
             if line:
                 return "malformed chunked body"
-            self.state = Chunk.SIZE
-        elif not line:  # Chunk.TRAILERS: each line skipped, up to an empty one
-            self.state = Chunk.DONE
+            self.state = _SIZE
+        elif not line:  # _TRAILERS: each line skipped, up to an empty one
+            self.state = _DONE
         return ""
 
     def eof(self) -> list[Event]:
-        return [EndOfMessage()] if self.state is Chunk.DONE else [Incomplete()]
+        return [EndOfMessage()] if self.state is _DONE else [Incomplete()]
 
 
 Reader = LengthReader | ChunkedReader | CloseReader

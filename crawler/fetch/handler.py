@@ -15,9 +15,9 @@ What it does differently from Scrapy's Twisted handler:
 - Headers over ``CRAWLER_MAX_HEADER_BYTES`` and URLs over
   ``CRAWLER_MAX_URL_LENGTH`` are refused and counted.
 - ``headers_received`` is sent once the headers are in, ``bytes_received``
-  with each piece of the decoded body, a few reads joined up to the size
-  of one read of Scrapy's handler (:mod:`crawler.fetch._response`);
-  ``StopDownload`` from either works as in Scrapy.
+  with the decoded body in pieces of at most 32 KiB, none larger than one
+  read of Scrapy's handler (:mod:`crawler.fetch._response`); ``StopDownload``
+  from either works as in Scrapy.
 - A request is sent once: a kept-alive connection that fails is an error
   for the retry middleware, never a silent second send.
 - Requests with a ``proxy`` in their meta take the same path

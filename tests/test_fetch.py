@@ -80,7 +80,7 @@ def test_pooled_tls_connections_keep_no_buffer_of_the_page(make_web) -> None:
         before = _rss_kb()
         sizes = [len((await h.download_request(Request(f"{web.url(d)}p/1.html"))).body) for d in range(1, 60)]
         grown = _rss_kb() - before
-        assert sum(len(c) for c in h.idle.values()) == 60  # every connection kept
+        assert sum(len(c) for c in h.pool.idle.values()) == 60  # every connection kept
         await h.close()
         return grown, sizes
 

@@ -15,7 +15,8 @@ import brotli
 import pytest
 from backports import zstd
 
-from crawler.fetch._exchange import Connection, Exchange
+from crawler.fetch._connection import Connection
+from crawler.fetch._exchange import Exchange
 from tests.rawserver import Outcome, RawServer, fetch_raw, scrapy_reference
 
 CAP = 250_000
@@ -252,9 +253,9 @@ async def exchange_for(answer: bytes, piece: int = 7, **kwargs: Any) -> Exchange
     await loop.create_connection(lambda: connection, "127.0.0.1", port)
     exchange = Exchange(lambda e: True, kwargs.get("limit", 1 << 62), kwargs.get("maxsize", 0), 65536,
                         head_only=False)
-    connection.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", exchange)
+    done = connection.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", exchange)
     try:
-        await exchange.done
+        await done
     finally:
         connection.close()
         server.stop()
@@ -264,11 +265,7 @@ async def exchange_for(answer: bytes, piece: int = 7, **kwargs: Any) -> Exchange
 def test_one_read_past_the_cap_and_maxsize_is_cut_at_the_cap() -> None:
     """Bytes past the page cap are dropped before they count against
     DOWNLOAD_MAXSIZE: a page that arrives in one read is cut, not cancelled."""
-    async def run() -> Exchange:
-        exchange = Exchange(lambda e: True, 50_000, 100_000, 65_536, head_only=False)
-        exchange.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n" + b"x" * 200_000)
-        await exchange.done
-        return exchange
-
-    exchange = asyncio.run(run())
+    exchange = Exchange(lambda e: True, 50_000, 100_000, 65_536, head_only=False)
+    exchange.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 200000\r\n\r\n" + b"x" * 200_000)
+    assert exchange.finished and exchange.error is None
     assert exchange.cut and exchange.kept == 50_000 and exchange.received == 50_001  # the cut body ends at the cap

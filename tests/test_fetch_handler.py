@@ -465,9 +465,9 @@ def test_connect_tries_every_address_in_turn(serve) -> None:
     good = ipaddress.ip_address("127.0.0.1")
 
     async def go() -> tuple[Any, Any]:
-        connection = await h.connect(("http", "a.test", server.port), [closed, good], None)
+        connection = await h.connector.connect(("http", "a.test", server.port), [closed, good], None)
         try:
-            await h.connect(("http", "a.test", server.port), [closed, ipaddress.ip_address("127.0.0.3")], None)
+            await h.connector.connect(("http", "a.test", server.port), [closed, ipaddress.ip_address("127.0.0.3")], None)
         except DownloadConnectionRefusedError as e:
             error = e
         connection.close()
@@ -521,12 +521,12 @@ def test_a_request_charged_to_an_address_connects_there_and_nowhere_else(serve) 
 def test_idle_pool_is_bounded_oldest_closed_first(serve) -> None:
     server = serve(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
     h = handler()
-    h.max_idle = 3
+    h.pool.max_idle = 3
 
     async def go() -> tuple[list[str], int]:
         for host in ["a.test", "b.test", "c.test", "d.test", "e.test"]:
             assert (await h.download_request(Request(server.url(host=host)))).status == 200
-        kept = [key[1] for key in h.lru.values()]
+        kept = [key[1] for key in h.pool.lru.values()]
         with contextlib.suppress(TimeoutError):  # the assertion below says what was open
             await asyncio.to_thread(wait_until, lambda: server.open == 3, 2, "three connections open")
         open_now = server.open

@@ -1,18 +1,21 @@
-"""One HTTP/1.1 connection and the exchange it carries.
+"""The response to one request, from the bytes received to the body kept.
 
-:class:`Connection` is the asyncio protocol; it feeds what arrives to the
-current :class:`Exchange`, which parses the status line and headers (at
-most ``max_head`` bytes), then the body framed by ``Content-Length``,
-``chunked`` or the connection's end, decoded as it arrives and kept to
-``limit`` bytes. Parsing happens in the transport's callbacks: no task
-wakes up until the exchange is over.
+An :class:`Exchange` is fed what the connection receives: it finds the head
+(at most ``max_head`` bytes, interim 1xx responses skipped), asks
+:func:`~crawler.fetch._http11.framing` how the body is delimited, reads it
+with that framing's reader and keeps it decoded, to ``limit`` bytes. It does
+no I/O: :class:`~crawler.fetch._connection.Connection` feeds it, and paces
+the decoding of a body that inflates far (:attr:`Exchange.waiting`).
 
-Tolerated as browsers and Scrapy's handler do: lines ended by a bare LF
-(head and chunk lines), header lines without a colon (skipped, counted in
-``bad_header_lines``), repeated identical ``Content-Length`` values, spaces
-and tabs after a chunk size. Refused, never guessed: ``Transfer-Encoding``
-with ``Content-Length``, a ``Transfer-Encoding`` other than ``chunked``,
-differing lengths, chunk sizes that are not plain hex digits.
+Its :class:`State` says where it is, and whether the connection can carry
+another exchange: only one that reached ``DONE`` with a framing that ends
+the body before the connection's end, from a server that keeps connections
+(:attr:`Exchange.keep_alive`).
+
+Two callbacks let the consumer stop: ``on_head`` once the head is in,
+``on_data`` with each piece of the decoded body (at most :data:`PIECE`
+bytes, as Scrapy's handler passes its reads on); either returns False to
+stop there (state ``CUT``: the body kept is what was passed on).
 
 With ``raw=True`` the exchange also keeps the response as received, for WARC
 records (:mod:`crawler.fetch.received`): the final status line and header
@@ -24,33 +27,43 @@ body is the body itself: no second copy.
 
 from __future__ import annotations
 
-import asyncio
-import re
-import socket
-import struct
+from enum import Enum
 from typing import TYPE_CHECKING
 
 from scrapy.exceptions import DownloadCancelledError, DownloadFailedError
 
 from crawler.fetch._decode import decoder
+from crawler.fetch._http11 import (
+    Data,
+    EndOfMessage,
+    Framing,
+    Head,
+    Incomplete,
+    Kind,
+    Malformed,
+    Refusal,
+    framing,
+    parse_head,
+    reader_for,
+    split_head,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from ipaddress import IPv4Address, IPv6Address
-
-    from scrapy.exceptions import StopDownload
-    from scrapy.http import Headers
 
     from crawler.fetch._decode import Decoder
+    from crawler.fetch._http11 import Event, HeaderList, Reader
 
-HeaderList = list[tuple[bytes, bytes]]
-#: decoded bytes made in one turn of the event loop: a body that inflates
-#: far (a decompression bomb, up to a 50 MiB cap) is decoded in steps of
-#: this size with the loop let run between them, reading paused meanwhile
-#: (one step of zeros is a few milliseconds of zlib)
+#: decoded bytes made in one step: a body that inflates far (a decompression
+#: bomb, up to a 50 MiB cap) is decoded in steps of this size, the connection
+#: letting the event loop run between them with reading paused
 DECODE_STEP = 1 << 20
-_CHUNK_LINE_MAX = 4096
-_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}[ \t]*")  # up to the ";" of an extension
+#: the most body bytes passed to ``on_data`` at once: Scrapy's handler passes
+#: on each read of Twisted's transport, at most 2**16 bytes for TCP
+#: (``twisted.internet.abstract.FileDescriptor.bufferSize``) and 2**15 for
+#: TLS (``twisted.protocols.tls.TLSMemoryBIOProtocol._flushReceiveBIO``,
+#: Twisted 26.10); the smaller holds for both schemes
+PIECE = 1 << 15
 
 
 class HeadTooLarge(DownloadFailedError):
@@ -65,49 +78,92 @@ class BodyDecodeError(DownloadFailedError):
     """The body cannot be decoded from its ``Content-Encoding``."""
 
 
+class State(Enum):
+    HEAD = "head"  # reading the status line and headers
+    BODY = "body"  # reading the body
+    DRAINING = "draining"  # the body is in; decoded output still waits to be pulled
+    DONE = "done"  # the body ended where its framing says
+    CUT = "cut"  # reading stopped before the end: the cap, or the consumer
+    LOST = "lost"  # the connection ended before the body did (data loss)
+    FAILED = "failed"  # :attr:`Exchange.error` says why
+
+
+_ENDED = (State.DONE, State.CUT, State.LOST, State.FAILED)
+_HEAD, _BODY = State.HEAD, State.BODY  # looked up once: read for every network read
+
+
 class Exchange:
     """The response to one request, parsed as it arrives."""
 
     def __init__(self, on_head: Callable[[Exchange], bool], limit: int, maxsize: int, max_head: int,
-                 head_only: bool, raw: bool = False) -> None:
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                 head_only: bool, raw: bool = False, on_data: Callable[[bytes], bool] | None = None) -> None:
         self.on_head = on_head  # False: stop at the headers
+        self.on_data = on_data  # each piece of the body kept; False: stop there
         self.limit = limit  # decoded bytes kept; one more read marks a cut (the body ends at the cap)
         self.maxsize = maxsize  # bytes received, or decoded, before the download fails (0: none)
         # decoded bytes kept; one more read is a cut (the page cap) or, under maxsize, a failure
         self.cap = min(limit, maxsize) if maxsize else limit
         self.max_head = max_head
         self.head_only = head_only
-        self.buffer = bytearray()
+        self.state = State.HEAD
+        self.error: Exception | None = None  # State.FAILED: why
+        self.buffer = bytearray()  # State.HEAD: what came so far
         self.status = 0
         self.version = b""  # as the server said: b"HTTP/1.1", b"HTTP/1.0"
         self.headers: HeaderList = []
         self.bad_header_lines = 0  # skipped: no colon
-        self.in_body = False
-        self.length = -1  # bytes of body left; -1: until the connection ends
-        self.until_close = False  # the body is framed by the connection's end
-        self.chunked = False
-        self.chunk_left = 0  # >0: data, -1: line end after data, -2: trailers
+        self.persistent = False  # the server keeps the connection (HTTP/1.1, no Connection: close)
+        self.framing = Framing(Kind.NONE)
+        self.reader: Reader | None = None
+        self.extra = False  # bytes came after the body's end: something is off
         self.decoder: Decoder | None = None
         self.codings_left: list[bytes] = []  # Content-Encoding not undone here, in the header's order
+        self.waiting = False  # the decoder may hold more output: pull() it
+        self._ending = State.DONE  # State.DRAINING: the state once the output is pulled
         self.parts: list[bytes] = []
         self.kept = 0
         self.received = 0
-        self.keep_alive = False
-        self.cut = False  # stopped before the end of the body
-        self.dataloss = False
-        self.scrapy_headers: Headers | None = None
-        self.stop: StopDownload | None = None  # from a signal handler
+        self.pending: list[bytes] = []  # kept, not passed to on_data yet
+        self.pending_bytes = 0
         self.raw_head = b""  # with raw: the final head as received, its empty line included
         # with raw: body bytes as received, where they differ from the parts kept (decoded or chunked)
         self.raw_parts: list[bytes] | None = [] if raw else None
-        self.reading: asyncio.ReadTransport | None = None  # paused while decoded output waits
-        self._pulling = False  # decoded output waits: pulled in the next turn of the loop
-        self._end_waits = False  # the body ended while output waited: finish once it is pulled
+        self.raw_end = -1  # chunked, cut: where reading stopped in the bytes received
+
+    # what the consumer reads
 
     @property
     def finished(self) -> bool:
-        return self.done.done()
+        return self.state in _ENDED
+
+    @property
+    def cut(self) -> bool:
+        return self.state is State.CUT
+
+    @property
+    def dataloss(self) -> bool:
+        return self.state is State.LOST
+
+    @property
+    def until_close(self) -> bool:
+        """The body is framed by the connection's end."""
+        return self.framing.kind is Kind.CLOSE
+
+    @property
+    def chunked(self) -> bool:
+        return self.framing.kind is Kind.CHUNKED
+
+    @property
+    def expected(self) -> int | None:
+        """The body's length as the head says it, if it does."""
+        kind = self.framing.kind
+        return self.framing.length if kind is Kind.LENGTH else 0 if kind is Kind.NONE else None
+
+    @property
+    def keep_alive(self) -> bool:
+        """Whether the connection can carry another exchange."""
+        return (self.state is State.DONE and self.persistent and not self.extra
+                and self.framing.kind is not Kind.CLOSE)
 
     def body(self) -> bytes:
         return b"".join(self.parts)
@@ -118,189 +174,133 @@ class Exchange:
         neither decoded nor chunked: at the cap, as the response's is)."""
         if self.raw_parts is None or (self.decoder is None and not self.chunked):
             return body[:self.cap] if len(body) > self.cap else body
-        return b"".join(self.raw_parts)
+        raw = b"".join(self.raw_parts)
+        if self.chunked:  # what the reader read: not an unfinished line, nor what came after
+            end = self.raw_end if self.raw_end >= 0 else self.reader.consumed if self.reader else 0
+            return raw[:end] if end < len(raw) else raw
+        return raw
+
+    # what the connection calls
 
     def feed(self, data: bytes) -> None:
-        if self.in_body:
-            self._body(data)
-            return
-        self.buffer += data
-        buffer = self.buffer
-        while not self.in_body:
-            # the head ends at the first empty line, its line ends CRLF or LF
-            end = buffer.find(b"\n\r\n")
-            lf = buffer.find(b"\n\n", 0, len(buffer) if end == -1 else end)
-            if lf != -1:
-                end, skip = lf, 2
-            else:
-                skip = 3
-            if end == -1 or end > self.max_head:
-                if end != -1 or len(buffer) > self.max_head:
-                    self.fail(HeadTooLarge(f"response headers over {self.max_head} bytes"))
+        if self.state is _HEAD:
+            self.buffer += data
+            if not self._heads():
                 return
+            data = bytes(self.buffer)
+            self.buffer.clear()
+        elif self.state is not _BODY:
+            if data:
+                self.extra = True  # after the body's end: something is off
+            return
+        assert self.reader is not None
+        self._events(self.reader.feed(data), data)
+
+    def pull(self) -> None:
+        """Decode one more step of what the decoder holds."""
+        if self.waiting and not self.finished:
+            self._decode(b"")
+
+    def ended(self, error: Exception | None) -> None:
+        """The connection is gone."""
+        if self.state is State.HEAD:
+            reason = f": {error}" if error else ""
+            self.fail(DownloadFailedError(f"connection closed before the response{reason}"))
+        elif self.state is State.BODY:
+            assert self.reader is not None
+            self._events(self.reader.eof(), b"")
+
+    def fail(self, error: Exception) -> None:
+        if not self.finished:
+            self.state, self.error = State.FAILED, error
+
+    # the head
+
+    def _heads(self) -> bool:
+        """Read heads while the buffer holds one; True once the final one is in."""
+        buffer = self.buffer
+        while self.state is State.HEAD:
+            try:
+                found = split_head(buffer, self.max_head)
+            except ValueError as e:
+                self.fail(HeadTooLarge(str(e)))
+                return False
+            if found is None:
+                return False
+            end, skip = found
             head = bytes(buffer[:end])
             if self.raw_parts is not None:
                 self.raw_head = bytes(buffer[:end + skip])
             del buffer[:end + skip]
-            if not self._head(head):
-                return
-        rest = bytes(self.buffer)
-        self.buffer.clear()
-        if self.length == 0:
-            if rest:
-                self.keep_alive = False
-            self.finish()
-        elif rest:
-            self._body(rest)
+            try:
+                parsed = parse_head(head)
+            except ValueError as e:
+                self.fail(DownloadFailedError(str(e)))
+                return False
+            if not parsed.interim and not self._head(parsed):
+                return False
+        return True
 
-    def _head(self, head: bytes) -> bool:
-        lines = head.split(b"\n")
-        status_line = lines[0].rstrip(b"\r")
-        version, _, rest = status_line.partition(b" ")
-        code = rest[:3]
-        if not version.startswith(b"HTTP/1.") or not code.isdigit():
-            self.fail(DownloadFailedError(f"not an HTTP/1.x response: {status_line[:80]!r}"))
+    def _head(self, parsed: Head) -> bool:
+        self.status, self.version, self.headers = parsed.status, parsed.version, parsed.headers
+        self.bad_header_lines = parsed.bad_header_lines
+        self.persistent = parsed.persistent
+        frame = framing(parsed.status, self.head_only, parsed.fields)
+        if isinstance(frame, Refusal):
+            self.fail(DownloadFailedError(frame.reason))
             return False
-        status = int(code)
-        if 100 <= status < 200 and status != 101:
-            return True  # interim response: the real one follows
-        headers: HeaderList = []
-        for line in lines[1:]:  # a CR before the LF goes with the strip()s below
-            if line[:1] in (b" ", b"\t") and headers:  # obsolete line folding
-                name, value = headers[-1]
-                headers[-1] = (name, value + b" " + line.strip())
-                continue
-            name, colon, value = line.partition(b":")
-            name = name.strip()
-            if not colon or not name:
-                self.bad_header_lines += 1
-                continue
-            headers.append((name, value.strip()))
-        self.status, self.version, self.headers, self.in_body = status, version, headers, True
-        self.keep_alive = version == b"HTTP/1.1"
-        lengths: list[bytes] = []
-        transfer: list[bytes] = []
-        codings: list[bytes] = []
-        for name, value in headers:
-            lower = name.lower()
-            if lower == b"content-length":
-                lengths += value.split(b",")
-            elif lower == b"transfer-encoding":
-                transfer += value.split(b",")
-            elif lower == b"connection" and b"close" in value.lower():
-                self.keep_alive = False
-            elif lower == b"content-encoding":
-                codings.append(value)
-        no_body = self.head_only or status in (204, 304)
-        if no_body:
-            self.length = 0
-        elif transfer:
-            if lengths:
-                return self._refuse("ambiguous framing: both Transfer-Encoding and Content-Length")
-            if [t.strip().lower() for t in transfer] != [b"chunked"]:
-                return self._refuse(f"ambiguous framing: Transfer-Encoding {b','.join(transfer)[:80]!r}, not chunked")
-            self.chunked = True
-        elif lengths:
-            values = {v.strip() for v in lengths}
-            if len(values) > 1 or not next(iter(values)).isdigit():
-                return self._refuse(f"bad Content-Length {b','.join(lengths)[:80]!r}")
-            self.length = int(next(iter(values)))
-            if len(lengths) > 1:  # one value, as Scrapy's handler gives it
-                headers[:] = [h for h in headers if h[0].lower() != b"content-length"]
-                headers.append((b"Content-Length", str(self.length).encode()))
-        else:
-            self.until_close = True
-            self.keep_alive = False
-        if codings and not no_body:
+        self.framing = frame
+        if frame.merged:  # one value, as Scrapy's handler gives it
+            self.headers = [h for h in self.headers if h[0].lower() != b"content-length"]
+            self.headers.append((b"Content-Length", str(frame.length).encode()))
+        codings = parsed.codings
+        if codings and frame.kind is not Kind.NONE:
             try:
                 self.decoder, self.codings_left = decoder(codings)
             except ValueError as e:
-                return self._refuse(f"cannot decode the body: {e}")
+                self.fail(DownloadFailedError(f"cannot decode the body: {e}"))
+                return False
+        self.state = State.BODY
+        self.reader = reader_for(frame)
         if not self.on_head(self):
-            self.cut = True
-            self.finish()
+            if not self.finished:  # on_head may have failed it
+                self.state = State.CUT
             return False
         return True
 
-    def _refuse(self, reason: str) -> bool:
-        self.fail(DownloadFailedError(reason))
-        return False
+    # the body
 
-    def _body(self, data: bytes) -> None:
-        if self.chunked:
-            self._chunks(data)
-            return
-        if self.length >= 0:
-            if len(data) > self.length:
-                data = data[:self.length]
-                self.keep_alive = False  # bytes after the body: something is off
-            self.length -= len(data)
-        self._keep(data)
-        if self.length == 0 and not self.finished:
-            self.finish()
 
-    def _chunks(self, data: bytes) -> None:
-        # parsed in the read itself: chunk data is passed on whole or sliced once,
-        # only an unfinished line waits in the buffer for the next read
-        if self.buffer:
-            data = bytes(self.buffer) + data
-            self.buffer.clear()
-        pos = 0
-        size = len(data)
-        while not self.finished:
-            left = self.chunk_left
-            if left > 0:
-                take = size - pos
-                if not take:
-                    break
-                if take > left:
-                    take = left
-                self._keep(data if take == size else data[pos:pos + take])
-                pos += take
-                self.chunk_left = left - take or -1
-                continue
-            end = data.find(b"\n", pos)
-            if end == -1:
-                if size - pos > _CHUNK_LINE_MAX:
-                    self.fail(DownloadFailedError("chunk size line too long"))
-                break
-            line = data[pos:end - 1 if end > pos and data[end - 1] == 13 else end]
-            pos = end + 1
-            if left == -1:  # the line end closing a chunk's data
-                if line:
-                    self.fail(DownloadFailedError("malformed chunked body"))
-                    break
-                self.chunk_left = 0
-            elif left == -2:  # trailers, up to an empty line
-                if not line:
-                    self.finish()
-            else:
-                size_field = line.split(b";", 1)[0]
-                if _CHUNK_SIZE.fullmatch(size_field) is None:
-                    self.fail(DownloadFailedError(f"bad chunk size {size_field[:20]!r}"))
-                    break
-                self.chunk_left = int(size_field, 16) or -2
-        if self.raw_parts is not None and pos:
-            self.raw_parts.append(data if pos >= size else data[:pos])  # the rest waits in the buffer
-        if pos < size:
-            if self.finished:
-                self.keep_alive = False  # bytes after the body: something is off
-            else:
-                self.buffer += data[pos:] if pos else data
+    def _events(self, events: list[Event], data: bytes) -> None:
+        chunked = self.framing.kind is Kind.CHUNKED
+        if chunked and self.raw_parts is not None and data:
+            self.raw_parts.append(data)  # as fed, framing included: cut to where reading stopped
+        for event in events:
+            if type(event) is Data:
+                self._keep(event.data)
+                if self.state in _ENDED:
+                    if chunked and self.state is State.CUT:
+                        self.raw_end = event.end
+                    return
+            elif isinstance(event, EndOfMessage):
+                self.extra = event.extra > 0
+                self._end(State.DONE)
+            elif isinstance(event, Incomplete):
+                self._end(State.LOST)
+            elif isinstance(event, Malformed):
+                self.fail(DownloadFailedError(event.reason))
 
     def _keep(self, data: bytes) -> None:
-        if self.finished or not data:
-            return
         room = self.cap + 1 - self.kept
         if self.decoder is None and len(data) > room:
             data = data[:room]  # past the cap: never counted against DOWNLOAD_MAXSIZE
         self.received += len(data)
         # undecoded, received is kept: over the cap below (the byte marking a cut is no failure)
-        if self.decoder is not None and self.maxsize and self.received > self.maxsize:
-            self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes)"))
-            return
         if self.decoder is None:
             self._kept(data)
+            return
+        if self.maxsize and self.received > self.maxsize:
+            self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes)"))
             return
         if self.raw_parts is not None and not self.chunked:  # chunked: kept with their framing
             self.raw_parts.append(data)
@@ -308,7 +308,7 @@ class Exchange:
 
     def _decode(self, data: bytes) -> None:
         """Decode ``data`` (b"": what the decoder still holds), at most
-        ``DECODE_STEP`` bytes now; the rest in later turns of the loop."""
+        ``DECODE_STEP`` bytes now; :attr:`waiting` says whether more may wait."""
         assert self.decoder is not None
         room = self.cap + 1 - self.kept
         step = min(room, DECODE_STEP)
@@ -320,128 +320,79 @@ class Exchange:
         self._kept(out)
         if self.finished:
             return
-        if len(out) == step < room:  # more may wait in the decoder
-            if not self._pulling:
-                self._pulling = True
-                if self.reading is not None:
-                    self.reading.pause_reading()
-                asyncio.get_running_loop().call_soon(self._pull)
-        elif self._pulling is False and self._end_waits:
-            self._end_waits = False
-            self.finish()
-
-    def _pull(self) -> None:
-        self._pulling = False
-        if self.finished:
-            return
-        self._decode(b"")
-        if not self._pulling and not self.finished and self.reading is not None and not self.reading.is_closing():
-            self.reading.resume_reading()
+        self.waiting = len(out) == step < room  # fewer bytes than asked: the decoder used all it had
+        if not self.waiting and self.state is State.DRAINING:
+            self._end(self._ending)
 
     def _kept(self, data: bytes) -> None:
         if data:
             self.parts.append(data)
             self.kept += len(data)
+            if self.on_data is not None:
+                self.pending.append(data)
+                self.pending_bytes += len(data)
         if self.kept > self.cap:
             if self.cap < self.limit:
                 decoded = " once decoded" if self.decoder is not None else ""
                 self.fail(TooLarge(f"response over DOWNLOAD_MAXSIZE ({self.maxsize} bytes){decoded}"))
                 return
-            self.cut = True  # the body ends at the cap, its flag says it was cut
-            excess = self.kept - self.cap
+            excess = self.kept - self.cap  # the body ends at the cap, its flag says it was cut
             self.parts[-1] = self.parts[-1][:-excess]
             self.kept = self.cap
-            self.finish()
-
-    def finish(self) -> None:
-        if self._pulling and not self.cut:
-            self._end_waits = True  # decoded output still waits: the body ends once it is pulled
+            if self.pending:
+                self.pending[-1] = self.parts[-1]
+                self.pending_bytes -= excess
+            self._pass_on(final=True)
+            if not self.finished:
+                self.state = State.CUT
             return
-        if self.cut or self.length > 0 or self.chunked and self.chunk_left != -2:
-            self.keep_alive = False
-        if not self.done.done():
-            self.done.set_result(None)
+        if self.pending_bytes >= PIECE:
+            self._pass_on(final=False)
 
-    def fail(self, error: Exception) -> None:
-        self.keep_alive = False
-        if not self.done.done():
-            self.done.set_exception(error)
-
-    def ended(self, error: Exception | None) -> None:
-        """The connection is gone."""
-        if self.finished:
+    def _pass_on(self, final: bool) -> None:
+        """Give ``on_data`` the body kept so far in pieces of :data:`PIECE`
+        bytes (what is left under that waits, unless ``final``); a False
+        answer cuts the body after that piece."""
+        if self.on_data is None or not self.pending_bytes:
+            self.pending.clear()
+            self.pending_bytes = 0
             return
-        if not self.in_body:
-            reason = f": {error}" if error else ""
-            self.fail(DownloadFailedError(f"connection closed before the response{reason}"))
-        elif self.until_close:
-            self.finish()  # a body framed by the connection's end
-        else:
-            self.dataloss = True
-            self.finish()
+        pending = self.pending[0] if len(self.pending) == 1 else b"".join(self.pending)
+        size = len(pending)
+        whole = size if final else size - size % PIECE
+        passed = 0
+        while passed < whole:
+            piece = pending[passed:passed + PIECE] if size > PIECE else pending
+            passed += len(piece)
+            if not self.on_data(piece):
+                self._cut_after(self.kept - size + passed)
+                return
+        rest = pending[passed:] if passed else pending
+        self.pending = [rest] if rest else []
+        self.pending_bytes = len(rest)
 
+    def _cut_after(self, kept: int) -> None:
+        """The body ends after its first ``kept`` bytes: stopped there."""
+        self.pending.clear()
+        self.pending_bytes = 0
+        excess = self.kept - kept
+        while excess:
+            last = self.parts[-1]
+            if len(last) > excess:
+                self.parts[-1] = last[:-excess]
+                break
+            self.parts.pop()
+            excess -= len(last)
+        self.kept = kept
+        if not self.finished:
+            self.state = State.CUT
 
-_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close with a reset, unsent bytes dropped
-
-
-class Connection(asyncio.Protocol):
-    """An HTTP/1.1 client connection: one exchange at a time."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.exchange: Exchange | None = None
-        self.closed = False
-        self.idle: asyncio.TimerHandle | None = None
-        self.address: IPv4Address | IPv6Address | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def send(self, data: bytes, exchange: Exchange) -> None:
-        assert self.transport is not None
-        self.exchange = exchange
-        exchange.reading = self.transport  # paused while a body's decoded output waits
-        self.transport.write(data)
-
-    def data_received(self, data: bytes) -> None:
-        exchange = self.exchange
-        if exchange is None or exchange.finished:
-            self.abort()  # bytes nobody asked for
+    def _end(self, state: State) -> None:
+        """The body ended on the wire (``DONE``) or with the connection
+        (``LOST``): finished once the decoder holds nothing more."""
+        if self.waiting:
+            self.state, self._ending = State.DRAINING, state
             return
-        exchange.feed(data)
-
-    def eof_received(self) -> None:
-        if self.exchange is not None:
-            self.exchange.ended(None)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.idle is not None:
-            self.idle.cancel()
-        if self.exchange is not None:
-            self.exchange.ended(exc)
-
-    @property
-    def usable(self) -> bool:
-        return not self.closed and self.transport is not None and not self.transport.is_closing()
-
-    def close(self) -> None:
-        """End politely: TLS close_notify keeps the host's session resumable."""
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
-
-    def abort(self) -> None:
-        """End at once, and take back what the site has not received: a
-        reset (``SO_LINGER`` 0) drops the bytes the kernel still holds to
-        send. A plain close keeps sending them after the connection is given
-        up on: a request timed out while the network to the site was cut
-        would reach the site once it is back, with nobody waiting for its
-        answer (fetched twice, and at a time politeness never chose)."""
-        if self.transport is not None:
-            sock = self.transport.get_extra_info("socket")
-            if sock is not None:
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET)
-                except (OSError, AttributeError):
-                    pass  # not a TCP socket: closed as it comes
-            self.transport.abort()
+        self._pass_on(final=True)
+        if not self.finished:
+            self.state = state

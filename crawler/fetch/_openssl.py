@@ -98,9 +98,9 @@ def resumed(connection: SSL.Connection) -> bool:
 
 def session(connection: SSL.Connection) -> bytes | None:
     """The connection's session as OpenSSL serialises it (DER), or None.
-    Kept this way a session costs its size, about 1.5 kB with the server's
-    certificate; kept as OpenSSL's object, with that certificate parsed,
-    about 14 kB, for every host a crawl keeps one for."""
+    Kept this way a session costs its size; kept as OpenSSL's object, with
+    the server's certificate parsed, several times that, for every host a
+    crawl keeps one for (docs/benchmarks.md)."""
     pointer = _lib.SSL_get1_session(connection._ssl)
     if pointer == _ffi.NULL:
         return None

@@ -15,11 +15,11 @@ docs/benchmarks.md).
   gets a fresh TLS 1.3 ticket, so a host visited one connection at a time,
   as politeness has it, never shows a ticket twice, as RFC 8446 asks of
   clients); connections opened together share it (taking it from the first
-  left the others a full handshake each). Sessions are kept serialised
-  (about 1.5 kB with the server's certificate) and read back for the
-  connection they are offered to (some 20 microseconds): OpenSSL's own
-  object, certificate parsed, is about 14 kB, and a crawl keeps one for
-  each of up to 10,000 hosts.
+  left the others a full handshake each). Sessions are kept serialised and
+  read back for the connection they are offered to: OpenSSL's own object,
+  certificate parsed, is several times larger, and a crawl keeps one for
+  each of up to ``CRAWLER_TLS_SESSIONS`` hosts (sizes and cost in
+  docs/benchmarks.md).
   OpenSSL marks a session unresumable when its connection is freed without
   a close_notify sent, so every connection that finished its handshake
   sends one as it ends, aborted or not: for a crawler, a cut connection
@@ -96,7 +96,7 @@ class TLS:
         # OP_LEGACY_SERVER_CONNECT as Scrapy: servers without RFC 5746 renegotiation
         context.set_options(SSL.OP_NO_COMPRESSION | SSL.OP_ALL | SSL.OP_LEGACY_SERVER_CONNECT)
         context.set_session_cache_mode(SSL.SESS_CACHE_CLIENT | SSL.SESS_CACHE_NO_INTERNAL)
-        # an idle kept-alive connection holds no read/write buffers (about 34 kB)
+        # an idle kept-alive connection holds no read/write buffers (docs/benchmarks.md)
         context.set_mode(SSL.MODE_RELEASE_BUFFERS)
         minimum, maximum = _version_limits(settings)
         context.set_min_proto_version(minimum)
@@ -266,6 +266,14 @@ class TLSProtocol(asyncio.Protocol):
 
     def is_closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()  # type: ignore[attr-defined]
+
+    def resume_reading(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()  # type: ignore[attr-defined]
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "ssl_object":

@@ -358,7 +358,7 @@ class MetricsExtension:
         logger.info("Prometheus metrics on http://%s:%d/metrics", self.address, port)
         service = frontier_service(self.crawler)
         if service is not None:
-            frontier = service.frontier
+            frontier = service.store
             self.collector.frontier = frontier
             self.collector.exporter = FrontierExporter(frontier.client, exporter_key(frontier.keys))
             self.election = _Election(self.collector.exporter, EXPORTER_RENEW_S)

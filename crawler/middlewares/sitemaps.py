@@ -243,7 +243,7 @@ class SitemapMiddleware:
             return
         try:
             for name, n in counts.items():
-                service.frontier.count(f"sitemaps_{name}", n)
+                service.store.count(f"sitemaps_{name}", n)
         except redis.RedisError as exc:
             logger.debug("Sitemap counters not stored in the frontier: %s", exc)
 

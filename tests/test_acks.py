@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 from scrapy import Request
+from scrapy.core.scheduler import BaseScheduler
 
 from crawler.clock import ManualClock, use_clock
 from crawler.meta import DELAY
@@ -116,6 +117,28 @@ def test_the_published_session_is_cleared_at_close(redis_url: str, clock: Manual
 
     scheduler = open_on(redis_url, clock)
     crawler = scheduler.crawler
-    assert session_of(crawler) is scheduler.session
+    assert isinstance(scheduler, BaseScheduler)
+    assert session_of(crawler) is scheduler.session is crawler.worker_session
+    assert crawler.frontier is scheduler.session  # the deprecated name, for one release
     scheduler.close("finished")
-    assert session_of(crawler) is None
+    assert session_of(crawler) is None and crawler.frontier is None
+
+
+def test_the_deprecated_names_still_work_and_say_so(redis_url: str, clock: ManualClock) -> None:
+    scheduler = open_on(redis_url, clock, CRAWLER_DOMAIN_DELAY=0)
+    try:
+        session = scheduler.session
+        session.offer(["http://a.test/1", "http://a.test/2"], canonical=True)
+        session.flush()
+        with pytest.warns(DeprecationWarning, match="next_lease"):
+            lease = session.take()
+        assert lease is not None
+        session.lend(lease, Request("http://a.test/1"))
+        with pytest.warns(DeprecationWarning, match="response_began"):
+            lease.began()
+        clock.advance(0.25)
+        with pytest.warns(DeprecationWarning, match="response_ended"):
+            lease.ended(0.125)
+        assert lease.acknowledgement().duration == 0.375  # marked as by the new names
+    finally:
+        scheduler.close("finished")

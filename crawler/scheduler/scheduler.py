@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 #: requests handed to Scrapy's engine in one turn of the event loop: the
 #: engine starts each one (downloader middlewares, the handler) before it
-#: lets the loop run, and a turn of hundreds held it for over 100 ms
+#: lets the loop run, so a turn of hundreds stalls the loop (docs/benchmarks.md)
 TURN_MAX = 64
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import Any, NamedTuple, Protocol
 
 from crawler.clock import Clock
@@ -44,6 +45,10 @@ from crawler.store import DEAD, ENDS, SKIPPED, STORED, UNKNOWN, Leased
 from crawler.worker._stats import inc
 
 logger = logging.getLogger(__name__)
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated, use {new}", DeprecationWarning, stacklevel=3)
 
 
 class Ack(NamedTuple):
@@ -145,6 +150,16 @@ class Lease:
         self._ended = self._table.clock.monotonic()
         self._latency = latency
         self._margin = (latency or 0.0) if cut else 0.0
+
+    def began(self) -> None:
+        """Deprecated (gone in the next release): :meth:`response_began`."""
+        _deprecated("Lease.began()", "Lease.response_began()")
+        self.response_began()
+
+    def ended(self, latency: float | None = None, *, cut: bool = False) -> None:
+        """Deprecated (gone in the next release): :meth:`response_ended`."""
+        _deprecated("Lease.ended()", "Lease.response_ended()")
+        self.response_ended(latency, cut=cut)
 
     def fetched(self, began: float, ended: float) -> None:
         """A fetch made for this lease outside the downloader (its robots.txt)

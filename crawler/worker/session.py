@@ -32,6 +32,7 @@ what it cost and counted in ``crawler/redis/errors``: never dropped.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
@@ -266,6 +267,11 @@ class WorkerSession(Services):
             self._guard.call(self._dequeue)
         leased = self._intake.pop()
         return self._leases.new(leased) if leased is not None else None
+
+    def take(self) -> Lease | None:
+        """Deprecated (gone in the next release): :meth:`next_lease`."""
+        warnings.warn("WorkerSession.take() is deprecated, use next_lease()", DeprecationWarning, stacklevel=2)
+        return self.next_lease()
 
     def lend(self, lease: Lease, request: Any) -> None:
         """``lease`` is out as ``request`` (its ``meta`` names the lease)."""

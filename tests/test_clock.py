@@ -292,14 +292,14 @@ def test_a_page_stored_late_is_acknowledged_within_the_ack_interval(redis_url: s
         request = scheduler.next_request()
         assert request is not None and scheduler.next_request() is None  # a.test is parked
         scheduler.session.lease_of(request).ack(STORED)
-        assert scheduler.session._leases.storing()  # on its way to storage
+        assert scheduler.session._leases.awaiting_storage()  # on its way to storage
         clock.advance(0.01)
         storage.kept.add(request.url)  # the writer holds it now
         clock.advance(0.01)  # the next look at storage, one ack interval (0.02) after the ack
-        assert not scheduler.session._leases.storing() and scheduler.session._writes.acks
+        assert not scheduler.session._leases.awaiting_storage() and scheduler.session._writes.acks
         clock.advance(0.02)  # the acknowledgement leaves one ack interval later, with a dequeue
         leases = scheduler.session.store.keys.leases if scheduler.session.store is not None else ""
-        assert not scheduler.session._leases.storing() and redis_client.zcard(leases) == 0
+        assert not scheduler.session._leases.awaiting_storage() and redis_client.zcard(leases) == 0
         clock.advance(0.05)  # the delay after the ack's mark: polled for then
         assert scheduler.next_request() is not None
     finally:

@@ -226,7 +226,7 @@ class Leases:
     def get(self, lease_id: str | None) -> Lease | None:
         return self._lent.get(lease_id) if lease_id is not None else None
 
-    def storing(self) -> list[Lease]:
+    def awaiting_storage(self) -> list[Lease]:
         """The leases whose pages are on their way to storage."""
         return [lease for lease in self._lent.values() if lease.storing]
 
@@ -259,13 +259,13 @@ class Leases:
         for its page's acknowledgement, not for the session's next tick."""
         if self.storage is None:
             return
-        for lease in self.storing():
+        for lease in self.awaiting_storage():
             if self.storage.stored(lease.page):
                 self.sink.ack(self._close(lease, STORED))
         self._look_soon()
 
     def _look_soon(self) -> None:
-        if self.storing() and not (self._look is not None and self._look.active()):
+        if self.awaiting_storage() and not (self._look is not None and self._look.active()):
             self._look = self.clock.timers.callLater(self.look_every, self.end_stored)
 
     def sweep(self, busy: set[int]) -> int:

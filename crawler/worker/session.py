@@ -202,15 +202,7 @@ class WorkerSession(Services):
     def close(self) -> None:
         """Store what is buffered, acknowledge finished pages and hand
         unfinished leases back; delete the frontier unless ``SCHEDULER_PERSIST``."""
-        self._waker.cancel()
-        self._writes.on_stored = None  # no more polls, no more wake-ups
-        if self._names is not None:
-            self._names.close()
-            self._lookups.close()
-        self._writes.cancel()
-        self._leases.cancel()
-        if self._flusher is not None and self._flusher.running:
-            self._flusher.stop()
+        self._stop_timers()
         if self._guard.halted:  # the frontier was lost (_outage.py): nothing more is written to it
             return
         assert self.store is not None
@@ -239,6 +231,18 @@ class WorkerSession(Services):
         self._writes.kept.clear()
         if not self.config.persist:
             self.store.clear()
+
+    def _stop_timers(self) -> None:
+        """No more ticks, polls, wake-ups, looks at storage or name lookups."""
+        self._waker.cancel()
+        self._writes.on_stored = None
+        if self._names is not None:
+            self._names.close()
+            self._lookups.close()
+        self._writes.cancel()
+        self._leases.cancel()
+        if self._flusher is not None and self._flusher.running:
+            self._flusher.stop()
 
     def leases_held(self) -> int:
         """How many leases this worker holds: lent to the engine or waiting for it."""

@@ -29,6 +29,12 @@ from typing import Any
 SCRAPY = ">=2.13,<2.20"
 
 
+def engine_running(engine: Any) -> bool:
+    """Whether ``engine`` (None: none yet) has a crawl open: its private
+    slot exists from the spider's opening to its closing."""
+    return getattr(engine, "_slot", None) is not None
+
+
 def engine_busy(engine: Any) -> set[int] | None:
     """``id()`` of every request the engine is downloading or scraping;
     None when Scrapy's private state is not where it was."""

@@ -17,7 +17,7 @@ from redis.retry import Retry
 from scrapy import Request
 from scrapy.settings import Settings
 
-from crawler.clock import SYSTEM, ManualClock, check_path, from_path
+from crawler.clock import SYSTEM, ManualClock, check_path, from_path, use_clock
 from crawler.scheduler import FrontierScheduler
 from crawler.worker.config import FrontierSettings
 from crawler.worker._intake import MAX_POLL_WAIT, Intake
@@ -103,7 +103,11 @@ def test_crawler_clock_setting_names_the_schedulers_clock(redis_url: str) -> Non
         check_path("crawler.clock.re")
     scheduler = FrontierScheduler.from_crawler(crawler_for(redis_url, CRAWLER_CLOCK="crawler.clock:ManualClock"))
     assert isinstance(scheduler.clock, ManualClock)  # a callable: called once
-    assert scheduler.session._guard.clock is scheduler.clock and scheduler.session._leases.clock is scheduler.clock
+    scheduler.open(scheduler.crawler.spider)  # the lease table is made with the session's write buffer
+    try:
+        assert scheduler.session._guard.clock is scheduler.clock and scheduler.session._leases.clock is scheduler.clock
+    finally:
+        scheduler.close("finished")
     assert FrontierScheduler.from_crawler(crawler_for(redis_url)).clock is SYSTEM
 
 
@@ -118,15 +122,15 @@ def intake(client: redis.Redis, clock: ManualClock, prefetch: int = 2, poll: flo
 
 def test_a_full_batch_polls_again_at_once(redis_client: redis.Redis, clock: ManualClock) -> None:
     taker, wakes = intake(redis_client, clock)
-    taker.frontier.add([item(f"u{i}", f"d{i}.test") for i in range(3)])
-    taker.take([])
+    taker.store.add([item(f"u{i}", f"d{i}.test") for i in range(3)])
+    taker.dequeue([])
     assert len(taker) == 2 and taker.due() and wakes == []
 
 
 def test_a_partial_batch_polls_after_the_poll_interval(redis_client: redis.Redis, clock: ManualClock) -> None:
     taker, wakes = intake(redis_client, clock)
-    taker.frontier.add([item("u0")])
-    taker.take([])
+    taker.store.add([item("u0")])
+    taker.dequeue([])
     assert len(taker) == 1
     assert not taker.due() and wakes == [0.125]  # the engine is woken then
     clock.advance(0.124)
@@ -137,18 +141,18 @@ def test_a_partial_batch_polls_after_the_poll_interval(redis_client: redis.Redis
 
 def test_nothing_due_polls_when_the_next_domain_is_due(redis_client: redis.Redis, clock: ManualClock) -> None:
     taker, wakes = intake(redis_client, clock, politeness=Politeness(delay=0.5))
-    taker.frontier.add([item("u0"), item("u1")])
-    taker.take([])
+    taker.store.add([item("u0"), item("u1")])
+    taker.dequeue([])
     (leased,) = taker.buffer
     clock.advance(0.125)
-    taker.take([leased.lease])  # done now: a.test is due in 501 ms, nothing else is queued
+    taker.dequeue([leased.lease])  # done now: a.test is due in 501 ms, nothing else is queued
     assert len(taker) == 1 and wakes[-1] == 0.501
     clock.advance(0.5)
     assert not taker.due()
     clock.advance(0.001)
     assert taker.due()
-    taker.frontier.push_domain("a.test", 30)  # far off: polled again after at most MAX_POLL_WAIT
-    taker.take([])
+    taker.store.push_domain("a.test", 30)  # far off: polled again after at most MAX_POLL_WAIT
+    taker.dequeue([])
     assert wakes[-1] == MAX_POLL_WAIT
 
 
@@ -156,10 +160,10 @@ def test_an_empty_frontier_backs_off_until_something_is_added(redis_client: redi
                                                                clock: ManualClock) -> None:
     taker, wakes = intake(redis_client, clock, poll=0.03125)
     for _ in range(7):
-        taker.take([])
+        taker.dequeue([])
         clock.advance(wakes[-1])
     assert wakes == [0.04, 0.08, 0.16, 0.32, 0.64, 1.0, 1.0]  # doubling, up to 1 s
-    taker.take([])
+    taker.dequeue([])
     assert not taker.due()
     taker.added()  # stored here: polled again one poll interval after the last poll
     assert wakes[-1] == 0.03125 and taker.empty_polls == 0
@@ -172,10 +176,10 @@ def test_idle_close_waits_idle_before_close_seconds(redis_client: redis.Redis, c
     assert taker.frontier_busy(2.0)  # empty from now on
     clock.advance(1.75)
     assert taker.frontier_busy(2.0)
-    taker.frontier.add([item("late")])  # another worker adds work: busy again
+    taker.store.add([item("late")])  # another worker adds work: busy again
     clock.advance(0.25)
     assert taker.frontier_busy(2.0)
-    taker.frontier.add([], acks=[x.lease for x in taker.frontier.take(5).items])
+    taker.store.add([], acks=[x.lease for x in taker.store.take(5).items])
     assert taker.frontier_busy(2.0)  # Redis is asked at most every 0.25 s: the last answer
     clock.advance(0.25)
     assert taker.frontier_busy(2.0)  # idle from now
@@ -190,18 +194,18 @@ def test_a_domain_due_sooner_than_the_poll_interval_is_polled_for_then(redis_cli
     # #34 item 8: the poll interval paces calls that find something; a call
     # that found nothing due comes back when the next domain is, however soon
     taker, wakes = intake(redis_client, clock, poll=0.125, politeness=Politeness(delay=0.05))
-    taker.frontier.add([item("u0"), item("u1")])
-    taker.take([])
+    taker.store.add([item("u0"), item("u1")])
+    taker.dequeue([])
     (leased,) = taker.buffer
     taker.buffer.clear()
     clock.advance(0.25)
-    taker.take([leased.lease])  # done now: a.test is due in 51 ms
+    taker.dequeue([leased.lease])  # done now: a.test is due in 51 ms
     assert len(taker) == 0 and wakes[-1] == 0.051  # not 0.125 later: 74 ms of slack
     clock.advance(0.05)
     assert not taker.due()
     clock.advance(0.001)
     assert taker.due()
-    taker.take([])
+    taker.dequeue([])
     assert [x.entry for x in taker.buffer] == [b"u1"]
 
 
@@ -209,15 +213,15 @@ def test_a_delayed_request_is_polled_for_when_it_is_due(redis_client: redis.Redi
     # a retry waiting in the delayed set is due at a known time: no backoff
     # (0.125, 0.16, 0.32 s: taken 105 ms late), a poll then
     taker, wakes = intake(redis_client, clock, poll=0.125)
-    taker.frontier.delay([(0.3, "a.test", 0, b"retry")])
-    taker.take([])
+    taker.store.delay([(0.3, "a.test", 0, b"retry")])
+    taker.dequeue([])
     assert len(taker) == 0 and wakes[-1] == 0.3
     clock.advance(0.3)
     assert taker.due()
-    taker.take([])
+    taker.dequeue([])
     assert [x.entry for x in taker.buffer] == [b"retry"]
-    taker.frontier.delay([(30, "a.test", 0, b"later")])
-    taker.take([])
+    taker.store.delay([(30, "a.test", 0, b"later")])
+    taker.dequeue([])
     assert wakes[-1] == MAX_POLL_WAIT  # far off: polled again after at most MAX_POLL_WAIT
 
 
@@ -226,15 +230,15 @@ def test_an_idle_answer_is_never_kept(redis_client: redis.Redis, clock: ManualCl
     # 0.25 s hid what this worker stored meanwhile (its write buffer empty again)
     taker, _ = intake(redis_client, clock)
     assert not taker.frontier_busy(0)
-    taker.frontier.add([item("u0")])
+    taker.store.add([item("u0")])
     assert taker.frontier_busy(0)  # no clock move: asked again
 
 
 def open_on(redis_url: str, clock: ManualClock, **settings: object) -> FrontierScheduler:
     """A frontier scheduler on the test's Redis and clock, under an engine that never starts."""
     crawler = crawler_for(redis_url, **settings)
-    scheduler = FrontierScheduler(crawler, redis.Redis.from_url(redis_url),
-                                  FrontierSettings.from_settings(crawler.settings), clock)
+    use_clock(crawler, clock)
+    scheduler = FrontierScheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
     return scheduler
 
@@ -254,7 +258,7 @@ def test_pending_requests_right_after_this_worker_stored_them(redis_url: str, cl
         assert request is not None
         scheduler.enqueue_request(request.replace(meta={**request.meta, "crawler_delay": 5}))  # a retry
         scheduler.session.flush()  # in the delayed set, its lease acknowledged with it
-        assert scheduler.session.frontier is not None and scheduler.session.frontier.pending() == 1
+        assert scheduler.session.store is not None and scheduler.session.store.pending() == 1
         assert scheduler.has_pending_requests()
     finally:
         scheduler.close("finished")
@@ -288,14 +292,14 @@ def test_a_page_stored_late_is_acknowledged_within_the_ack_interval(redis_url: s
         request = scheduler.next_request()
         assert request is not None and scheduler.next_request() is None  # a.test is parked
         scheduler.session.lease_of(request).ack(STORED)
-        assert scheduler.session._leases.held  # on its way to storage
+        assert scheduler.session._leases.awaiting_storage()  # on its way to storage
         clock.advance(0.01)
         storage.kept.add(request.url)  # the writer holds it now
         clock.advance(0.01)  # the next look at storage, one ack interval (0.02) after the ack
-        assert not scheduler.session._leases.held and scheduler.session._writes.acks
+        assert not scheduler.session._leases.awaiting_storage() and scheduler.session._writes.acks
         clock.advance(0.02)  # the acknowledgement leaves one ack interval later, with a dequeue
-        leases = scheduler.session.frontier.keys.leases if scheduler.session.frontier is not None else ""
-        assert not scheduler.session._leases.held and redis_client.zcard(leases) == 0
+        leases = scheduler.session.store.keys.leases if scheduler.session.store is not None else ""
+        assert not scheduler.session._leases.awaiting_storage() and redis_client.zcard(leases) == 0
         clock.advance(0.05)  # the delay after the ack's mark: polled for then
         assert scheduler.next_request() is not None
     finally:
@@ -305,17 +309,26 @@ def test_a_page_stored_late_is_acknowledged_within_the_ack_interval(redis_url: s
 # --- politeness marks (Lease) ---------------------------------------------
 
 
+class Sent(list):
+    """Where the leases' acknowledgements go (their ``AckSink``): kept here."""
+
+    def ack(self, ack: Ack) -> None:
+        self.append(ack)
+
+    def retry(self, seconds: float, again: Leased, ack: Ack) -> None:
+        self.append(ack)
+
+
 @pytest.mark.parametrize(("delay_from", "age"), [("finish", 500), ("start", 750)])
 def test_marks_are_read_on_the_clock(redis_url: str, clock: ManualClock, delay_from: str, age: int) -> None:
-    sent: list[Ack] = []
-    leases = Leases(clock, delay_from, crawler_for(redis_url).stats, sent.append, lambda *_: None,
-                    lambda _: None, lambda: None)
+    sent = Sent()
+    leases = Leases(clock, delay_from, crawler_for(redis_url).stats, sent, 0.01)
     request = Request("http://a.test/", meta={"download_latency": 0.125})
     lease = leases.new(Leased("7", "a.test", 0, b""))
     leases.lend(lease, request)
-    lease.began()
+    lease.response_began()
     clock.advance(0.25)
-    lease.ended(request.meta["download_latency"])
+    lease.response_ended(request.meta["download_latency"])
     clock.advance(0.5)
     lease.ack(STORED)
     (ack,) = sent
@@ -328,13 +341,12 @@ def test_marks_are_read_on_the_clock(redis_url: str, clock: ManualClock, delay_f
 def test_a_cut_answer_is_marked_a_round_trip_later(redis_url: str, clock: ManualClock) -> None:
     """An answer the crawler hung up on (its page cap) ends at the site when
     the site sees the hang-up: its mark is the time to the headers later."""
-    sent: list[Ack] = []
-    leases = Leases(clock, "finish", crawler_for(redis_url).stats, sent.append, lambda *_: None,
-                    lambda _: None, lambda: None)
+    sent = Sent()
+    leases = Leases(clock, "finish", crawler_for(redis_url).stats, sent, 0.01)
     lease = leases.new(Leased("9", "a.test", 0, b""))
     leases.lend(lease, Request("http://a.test/"))
-    lease.began()
-    lease.ended(0.2, cut=True)
+    lease.response_began()
+    lease.response_ended(0.2, cut=True)
     lease.ack(STORED)
     (ack,) = sent
     assert ack.wire(clock.monotonic()) == "9:-200:200:s"  # the domain's turn counts from 200 ms from now
@@ -376,21 +388,22 @@ def test_acknowledgements_leave_within_the_ack_interval(redis_client: redis.Redi
 def test_the_scheduler_stores_buffered_requests_every_flush_interval(redis_url: str, redis_client: redis.Redis,
                                                                      clock: ManualClock) -> None:
     crawler = crawler_for(redis_url, CRAWLER_FLUSH_INTERVAL=0.5, CRAWLER_ACK_INTERVAL=0.25)
-    scheduler = FrontierScheduler(crawler, redis_client, FrontierSettings.from_settings(crawler.settings), clock)
+    use_clock(crawler, clock)
+    scheduler = FrontierScheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
     try:
         assert scheduler.enqueue_request(Request("http://a.test/1"))
         clock.advance(0.499)
-        assert scheduler.session.frontier.queued() == 0  # buffered
+        assert scheduler.session.store.queued() == 0  # buffered
         clock.advance(0.001)  # the tick
-        assert scheduler.session.frontier.queued() == 1
+        assert scheduler.session.store.queued() == 1
         request = scheduler.next_request()
-        assert request is not None and redis_client.zcard(scheduler.session.frontier.keys.leases) == 1
+        assert request is not None and redis_client.zcard(scheduler.session.store.keys.leases) == 1
         scheduler.session.lease_of(request).ack()
         clock.advance(0.249)
-        assert redis_client.zcard(scheduler.session.frontier.keys.leases) == 1
+        assert redis_client.zcard(scheduler.session.store.keys.leases) == 1
         clock.advance(0.001)  # the acknowledgement interval: sent with a dequeue
-        assert redis_client.zcard(scheduler.session.frontier.keys.leases) == 0
+        assert redis_client.zcard(scheduler.session.store.keys.leases) == 0
     finally:
         scheduler.close("finished")
 

@@ -258,7 +258,7 @@ def test_a_lua_error_is_logged_with_its_cost_and_the_timer_goes_on(redis_url: st
     scheduler.open(crawler.spider)
     try:
         session = scheduler.session
-        base = session.frontier.keys.base
+        base = session.store.keys.base
         client = redis.Redis.from_url(redis_url)
         client.set(f"{base}:dom:a.test", "not a hash")  # every script touching a.test now fails
         with caplog.at_level(logging.ERROR):

@@ -186,17 +186,15 @@ def test_the_process_keeps_rules_for_their_lifetime_on_the_crawls_clock(redis_ur
     from crawler.clock import use_clock
     from crawler.middlewares.robots import _LOCAL_TTL, SharedRobotsMiddleware
     from crawler.scheduler import FrontierScheduler
-    from crawler.worker.config import FrontierSettings
     from tests.servers import crawler_for
 
     crawler = crawler_for(redis_url, ROBOTSTXT_OBEY=True, SCHEDULER="crawler.scheduler.FrontierScheduler")
     use_clock(crawler, clock)
-    scheduler = FrontierScheduler(crawler, redis.Redis.from_url(redis_url),
-                                  FrontierSettings.from_settings(crawler.settings), clock)
+    scheduler = FrontierScheduler.from_crawler(crawler)
     scheduler.open(crawler.spider)
     try:
         robots = SharedRobotsMiddleware(crawler)
-        store = crawler.frontier.robots
+        store = crawler.worker_session.robots
         origin = "http://a.test"
         store.put(origin, {"mode": "parse", "body": "User-agent: *\nDisallow: /a\n"}, 3600)
         assert not asyncio.run(robots.verdict(origin)).allowed(origin + "/a")  # read from Redis, kept here
@@ -224,15 +222,13 @@ def test_a_robots_fetch_mark_is_not_kept_when_redis_fails_after_it(tmp_path: Pat
 
     from crawler.middlewares.robots import SharedRobotsMiddleware
     from crawler.scheduler import FrontierScheduler
-    from crawler.worker.config import FrontierSettings
     from tests.servers import RedisServer, crawler_for
 
     server = RedisServer(tmp_path / "redis").start()
     try:
         crawler = crawler_for(server.url, ROBOTSTXT_OBEY=True, SCHEDULER="crawler.scheduler.FrontierScheduler",
                               REDIS_PARAMS={"socket_timeout": 2, "socket_connect_timeout": 2})
-        scheduler = FrontierScheduler(crawler, redis.Redis.from_url(server.url),
-                                      FrontierSettings.from_settings(crawler.settings))
+        scheduler = FrontierScheduler.from_crawler(crawler)
         scheduler.open(crawler.spider)
         robots = SharedRobotsMiddleware(crawler)
 

@@ -43,9 +43,8 @@ def test_sitemap_counts_met_by_a_redis_outage_reach_the_frontier_once_it_is_back
     Now the outage is said (WARNING, ``crawler/sitemaps/redis_unavailable``)
     and the counts are kept and sent once Redis answers: the frontier's
     counters match the crawl's stats."""
-    from crawler.connection import get_redis
     from crawler.scheduler import FrontierScheduler
-    from crawler.worker.config import FrontierSettings
+    from crawler.worker import session_of
 
     server = RedisServer(tmp_path / "redis").start()
     try:
@@ -53,22 +52,22 @@ def test_sitemap_counts_met_by_a_redis_outage_reach_the_frontier_once_it_is_back
                               SCHEDULER="crawler.scheduler.FrontierScheduler",
                               REDIS_PARAMS={"socket_timeout": 0.5, "socket_connect_timeout": 0.5})
         # the crawl's own client: a silent server costs one timeout, then calls are refused unsent
-        scheduler = FrontierScheduler(crawler, get_redis(crawler.settings),
-                                      FrontierSettings.from_settings(crawler.settings))
+        scheduler = FrontierScheduler.from_crawler(crawler)
         scheduler.open(crawler.spider)
         try:
             middleware = SitemapMiddleware(crawler)
             middleware.robots = False
-            session = crawler.frontier
+            session = session_of(crawler)
+            assert session is not None
             pages = [[f"http://site.test/{n}/{k}.html" for k in range(5 + n)] for n in range(3)]
             asyncio.run(middleware.read(_sitemap("http://site.test/0.xml", pages[0])))
             assert server.proc is not None
             with caplog.at_level(logging.INFO, logger="crawler.middlewares.sitemaps"), \
                     chaos.stopped(server.proc.pid):
                 asyncio.run(middleware.read(_sitemap("http://site.test/1.xml", pages[1])))
-            wait_until(lambda: _answers(session.frontier.client.ping), 10, "Redis answers the crawl's client")
+            wait_until(lambda: _answers(session.store.client.ping), 10, "Redis answers the crawl's client")
             asyncio.run(middleware.read(_sitemap("http://site.test/2.xml", pages[2])))
-            stored = {k.decode(): int(v) for k, v in server.client().hgetall(session.frontier.keys.stats).items()}
+            stored = {k.decode(): int(v) for k, v in server.client().hgetall(session.store.keys.stats).items()}
             for name in STATS:
                 assert stored.get(f"sitemaps_{name}", 0) == crawler.stats.get_value(f"crawler/sitemaps/{name}", 0), name
             assert stored["sitemaps_urls"] == 5 + 6 + 7

@@ -54,7 +54,7 @@ from scrapy.exceptions import NotConfigured
 from crawler._compat import downloader_load, set_downloader_cap, wake_engine
 from crawler.clock import clock_of
 from crawler.extensions.looplag import LoopLagProbe
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class ConcurrencyController:
         then, thread_then, process_then = self.clocks
         self.clocks = (now, thread_now, process_now)
         wall = max(now - then, 1e-6)
-        service = frontier_service(self.crawler)
+        service = session_of(self.crawler)
         due = waiting = 0
         if service is not None:
             due, waiting = service.due_domains(self.interval), service.leased_waiting()

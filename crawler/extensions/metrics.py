@@ -53,7 +53,7 @@ from scrapy.exceptions import NotConfigured
 
 from crawler.extensions.looplag import LoopLagProbe
 from crawler.extensions.progress import frontier_duplicates
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -356,9 +356,9 @@ class MetricsExtension:
             return
         port = self.server.server_address[1]
         logger.info("Prometheus metrics on http://%s:%d/metrics", self.address, port)
-        service = frontier_service(self.crawler)
+        service = session_of(self.crawler)
         if service is not None:
-            frontier = service.frontier
+            frontier = service.store
             self.collector.frontier = frontier
             self.collector.exporter = FrontierExporter(frontier.client, exporter_key(frontier.keys))
             self.election = _Election(self.collector.exporter, EXPORTER_RENEW_S)

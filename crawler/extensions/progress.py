@@ -23,7 +23,7 @@ from scrapy.exceptions import NotConfigured
 from twisted.internet import task
 
 from crawler.clock import clock_of
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -148,8 +148,8 @@ class Progress:
             + stats.get_value("downloader/exception_count", 0)
             - stats.get_value("downloader/exception_type_count/scrapy.exceptions.IgnoreRequest", 0)
         )
-        frontier = frontier_service(self.crawler)
-        down = frontier is not None and frontier.redis_down
+        session = session_of(self.crawler)
+        down = session is not None and session.redis_down
         logger.info(
             "pages=%d (%.1f/s) queued=%s domains=%d duplicates=%d errors=%d worst_stall=%.0fms in_flight=%s/%s%s",
             pages, rate, "?" if queued is None else queued, len(self.domains),

@@ -52,7 +52,7 @@ from twisted.internet import task
 from crawler.clock import clock_of
 from crawler.fetch import received as raw_responses
 from crawler.meta import ROBOTS, TRUNCATED, WARC
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 from crawler.settings_registry import setting
 from crawler.warcfile import Page, WarcFailed, WarcWriter
 
@@ -107,9 +107,9 @@ class WarcExtension:
         self.writer = WarcWriter(self._name, level=self.level, max_bytes=self.max_bytes,
                                  max_queued=self.max_queued, on_file=self._opened, clock=self.clock,
                                  on_space=self._on_space, retry_seconds=CHECK_INTERVAL)
-        frontier = frontier_service(self.crawler)
-        if frontier is not None:
-            frontier.keep_pages_with(self)  # a page's lease is released once it is stored
+        session = session_of(self.crawler)
+        if session is not None:
+            session.keep_pages_with(self)  # a page's lease is released once it is stored
         try:
             writable(self.directory)
         except OSError as exc:

@@ -24,7 +24,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from crawler.meta import LEASE
 from crawler.worker import DEAD, SKIPPED, STORED, end_of
 from crawler.worker import uses_frontier
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -38,8 +38,8 @@ class _Acker:
         self.crawler = crawler
 
     def ack(self, request: Request, end: str) -> None:
-        frontier = frontier_service(self.crawler)
-        lease = frontier.lease_of(request) if frontier is not None else None
+        session = session_of(self.crawler)
+        lease = session.lease_of(request) if session is not None else None
         if lease is not None:
             lease.ack(end_of(request, end), request)
 

@@ -33,7 +33,7 @@ from crawler.fetch.errors import FINAL
 from crawler.fetch.errors import reason as failure_reason
 from crawler.meta import ATTEMPTS, DEAD, DELAY, ROBOTS
 from crawler.worker import uses_frontier
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 from crawler.settings_registry import SettingsError, setting
 
 if TYPE_CHECKING:
@@ -152,21 +152,21 @@ class BackoffMiddleware:
     def _retry(self, request: Request, reason: str, status: int | None, retry_after: float | None,
                *, push_domain: bool = False, exception: Exception | None = None) -> Request | None:
         attempts = int(request.meta.get(ATTEMPTS, 1))
-        frontier = frontier_service(self.crawler)
+        session = session_of(self.crawler)
         limit = self.max_attempts
         if self.retry_enabled and request.meta.get("max_retry_times") is not None:
             limit = int(request.meta["max_retry_times"]) + 1  # Scrapy's meta key: retries of this request
         wait = self.delay(attempts, retry_after)
-        if push_domain and frontier is not None:
+        if push_domain and session is not None:
             # the site asked the whole domain to wait (429/503): it waits
             # whether or not this request is tried again
-            frontier.push_domain(request.url, wait)
+            session.push_domain(request.url, wait)
         if attempts >= limit:
             self.stats.inc_value("crawler/backoff/exhausted")
             logger.info("Gave up on %s after %d attempts (%s)", request, attempts, reason)
-            if frontier is not None:
+            if session is not None:
                 why = "retries_exhausted" if exception is None else failure_reason(exception, "retries_exhausted")
-                frontier.dead_letter(request, why, status=status, exception=exception)
+                session.dead_letter(request, why, status=status, exception=exception)
             request.meta[DEAD] = True
             return None
         self.stats.inc_value("crawler/backoff/retries")

@@ -20,7 +20,7 @@ from scrapy.spidermiddlewares.httperror import HttpError
 from crawler.fetch.errors import REFUSED, reason
 from crawler.meta import DEAD, ROBOTS
 from crawler.worker import uses_frontier
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
@@ -43,10 +43,10 @@ class _DeadLetterBase:
                exception: BaseException | None = None) -> None:
         if request.meta.get(DEAD) or request.meta.get(ROBOTS):
             return
-        frontier = frontier_service(self.crawler)
-        if frontier is not None:
+        session = session_of(self.crawler)
+        if session is not None:
             request.meta[DEAD] = True
-            frontier.dead_letter(request, reason, status=status, exception=exception)
+            session.dead_letter(request, reason, status=status, exception=exception)
 
 
 class DeadLetterMiddleware(_DeadLetterBase):

@@ -25,7 +25,7 @@ from crawler.meta import DELAY, LOCK, ROBOTS
 from crawler.worker import uses_frontier
 from crawler.identity import domain_of, host_of
 from crawler.connection import REDIS_ERRORS
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 from crawler.settings_registry import lock_ttl, setting
 
 if TYPE_CHECKING:
@@ -56,12 +56,12 @@ class DomainLockMiddleware:
         return cls(crawler)
 
     def needs_lock(self, host: str, domain: str) -> bool:
-        frontier = frontier_service(self.crawler)
-        if frontier is None:
+        session = session_of(self.crawler)
+        if session is None:
             return False
         now = self.clock.monotonic()
         if self.live_read is None or now - self.live_read > _REFRESH:
-            self.live = frontier.locks.live_domains()
+            self.live = session.locks.live_domains()
             self.live_read = now
         if domain in self.live or host in self.live:
             return True
@@ -75,10 +75,10 @@ class DomainLockMiddleware:
         try:
             if not self.needs_lock(host, domain):
                 return None
-            frontier = frontier_service(self.crawler)
-            assert frontier is not None
+            session = session_of(self.crawler)
+            assert session is not None
             token = uuid.uuid4().hex
-            taken, stale = frontier.locks.acquire(domain, token, self.ttl_ms)
+            taken, stale = session.locks.acquire(domain, token, self.ttl_ms)
         except REDIS_ERRORS:
             taken, stale = False, 0  # Redis away: wait as if the domain were locked
         if stale:
@@ -95,11 +95,11 @@ class DomainLockMiddleware:
 
     def release(self, request: Request) -> None:
         held = request.meta.pop(LOCK, None)
-        frontier = frontier_service(self.crawler)
-        if held is None or frontier is None:
+        session = session_of(self.crawler)
+        if held is None or session is None:
             return
         try:
-            released = frontier.locks.release(*held)
+            released = session.locks.release(*held)
         except REDIS_ERRORS:
             released = False  # the lock expires on its own
         if not released:

@@ -60,14 +60,14 @@ from crawler.worker import DISALLOWED
 from crawler.connection import REDIS_ERRORS
 from crawler.identity import domain_of
 from crawler.worker import uses_frontier
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 from crawler.settings_registry import setting
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-    from crawler.worker import WorkerSession as FrontierService
+    from crawler.worker import WorkerSession
 
 logger = logging.getLogger(__name__)
 
@@ -178,8 +178,8 @@ class SharedRobotsMiddleware:
         fetched = self.fetched.pop(origin, None)
         if fetched is None or fetched[1] < asked:
             return None
-        frontier = frontier_service(self.crawler)
-        lease = frontier.lease_of(request) if frontier is not None else None
+        session = session_of(self.crawler)
+        lease = session.lease_of(request) if session is not None else None
         if lease is not None:
             lease.fetched(*fetched)
         return fetched
@@ -190,16 +190,16 @@ class SharedRobotsMiddleware:
         return again
 
     def _wait(self, request: Request, wait: Wait) -> Request:
-        frontier = frontier_service(self.crawler)
+        session = session_of(self.crawler)
         if wait.dead:
             self.stats.inc_value("crawler/robots/unreachable_dead")
-            if frontier is not None:
+            if session is not None:
                 request.meta[DEAD] = True
-                frontier.dead_letter(request, "robots_unreachable")
+                session.dead_letter(request, "robots_unreachable")
             raise IgnoreRequest("robots.txt unreachable for longer than CRAWLER_ROBOTS_UNREACHABLE_MAX")
-        if wait.park and frontier is not None:
-            frontier.push_domain(request.url, wait.seconds)
-            frontier.count("robots_postponed")
+        if wait.park and session is not None:
+            session.push_domain(request.url, wait.seconds)
+            session.count("robots_postponed")
             self.stats.inc_value("crawler/robots/postponed")
         return self._hand_back(request, wait.seconds)
 
@@ -239,13 +239,13 @@ class SharedRobotsMiddleware:
             elif future.exception() is not None:
                 future.exception()  # retrieved: no "never retrieved" warning
 
-    def _frontier(self) -> FrontierService:
-        frontier = frontier_service(self.crawler)
-        assert frontier is not None
-        return frontier
+    def _session(self) -> WorkerSession:
+        session = session_of(self.crawler)
+        assert session is not None
+        return session
 
     async def _shared(self, origin: str) -> Rules | Wait:
-        store = self._frontier().robots
+        store = self._session().robots
         deadline = self.clock.monotonic() + _FETCH_LOCK_MS / 1000
         token = uuid.uuid4().hex
         while True:
@@ -399,8 +399,8 @@ class SharedRobotsMiddleware:
         """A hop to another domain took that domain's turn too."""
         hop_domain = domain_of(url)
         if hop_domain != domain_of(origin + "/"):
-            frontier = self._frontier()
-            frontier.push_domain(url, frontier.domain_delay)
+            session = self._session()
+            session.push_domain(url, session.domain_delay)
 
     async def _remember(self, origin: str, record: dict[str, Any], ttl: float) -> Rules:
         body = record.get("body", "")
@@ -446,11 +446,11 @@ class SharedRobotsMiddleware:
         if delay is None:
             return
         capped = min(delay, self.max_delay)
-        frontier = self._frontier()
+        session = self._session()
         domain = domain_of(origin + "/")
-        frontier.set_robots_delay(domain, capped)
+        session.set_robots_delay(domain, capped)
         # the request that asked for robots.txt is about to go: the next one waits
-        frontier.push_domain(origin + "/", capped)
+        session.push_domain(origin + "/", capped)
         self.stats.inc_value("crawler/robots/crawl_delays")
         logger.info("robots.txt of %s asks a Crawl-delay of %gs (applied: %gs)", origin, delay, capped)
 

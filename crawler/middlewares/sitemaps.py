@@ -61,7 +61,7 @@ from crawler.meta import ANY_TYPE, CHANGEFREQ, DELAY, LASTMOD, MAX_PAGE_BYTES, P
 from crawler.middlewares.robots import robots_txt_read, shared_robots
 from crawler.identity import canonicalize, domain_of
 from crawler.worker import uses_frontier
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 from crawler.settings_registry import setting
 from crawler.sharding import shard_of
 from crawler.sitemaps import WORK_BYTES, Entry, SitemapParser, clean_url
@@ -295,9 +295,9 @@ class SitemapMiddleware:
                 page_meta[PRIORITY] = entry.priority
             self.crawler.engine.crawl(Request(entry.url, priority=self.priority, meta=page_meta))  # type: ignore[union-attr]
         if plain:
-            frontier = frontier_service(self.crawler)
-            if frontier is not None:
-                frontier.offer(plain, depth=0, priority=self.priority)
+            session = session_of(self.crawler)
+            if session is not None:
+                session.offer(plain, depth=0, priority=self.priority)
 
     # --- counting ----------------------------------------------------------
 
@@ -319,13 +319,13 @@ class SitemapMiddleware:
         said here once and counted), but for one that timed out once sent, which
         Redis may have counted; another Redis error drops them, said at ERROR
         and counted as the session counts its own (``crawler/redis/errors``)."""
-        service = frontier_service(self.crawler)
-        if service is None or service.frontier is None or not self.unsent or service.redis_down:
+        session = session_of(self.crawler)
+        if session is None or session.store is None or not self.unsent or session.redis_down:
             return
         try:
             while self.unsent:
                 name, n = next(iter(self.unsent.items()))
-                service.frontier.count(f"sitemaps_{name}", n)
+                session.store.count(f"sitemaps_{name}", n)
                 del self.unsent[name]
         except REDIS_ERRORS as exc:
             if isinstance(exc, redis.TimeoutError) and not isinstance(exc, RedisNotAnswering):

@@ -31,27 +31,27 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-import redis
 from scrapy import signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.utils.misc import load_object
 
-from crawler._compat import downloader_load, engine_busy, missing, wake_engine
-from crawler.clock import SYSTEM, Clock, clock_of, use_clock
-from crawler.connection import get_redis, mask_url
-from crawler.settings_registry import setting
+from crawler._compat import downloader_load, engine_busy, engine_running, missing, wake_engine
+from crawler.clock import use_clock
+from crawler.connection import mask_url
 from crawler.store import LOST, Keys, codec
-from crawler.worker import WorkerSession
-from crawler.worker.config import FrontierSettings, on_loss_policy, warn_ignored
+from crawler.worker import WorkerSession, publish
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
+    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
 #: requests handed to Scrapy's engine in one turn of the event loop: the
 #: engine starts each one (downloader middlewares, the handler) before it
-#: lets the loop run, and a turn of hundreds held it for over 100 ms
+#: lets the loop run, so a turn of hundreds stalls the loop (docs/benchmarks.md)
 TURN_MAX = 64
 
 
@@ -74,7 +74,7 @@ class ScrapyEngine:
 
     def busy(self) -> set[int] | None:
         engine = self.engine
-        if engine is None or getattr(engine, "_slot", None) is None:
+        if not engine_running(engine):
             return None  # not started, or closed
         busy = engine_busy(engine)
         if busy is None and not self._blind:
@@ -106,40 +106,55 @@ class ScrapyEngine:
         reactor.callLater(0, close)  # type: ignore[attr-defined]
 
 
-class FrontierScheduler:
-    runs_worker_session = True  # crawler.worker.uses_frontier
+class FrontierScheduler(BaseScheduler):
+    """Scrapy's scheduler contract (``scrapy.core.scheduler.BaseScheduler``)
+    on a worker session, which it is given (``from_crawler`` builds it with
+    ``session_factory``'s ``from_crawler(crawler, engine)``):
 
-    def __init__(self, crawler: Crawler, server: redis.Redis, config: FrontierSettings,
-                 clock: Clock = SYSTEM) -> None:
+    - ``open(spider)`` opens the session on the spider's frontier and shard
+      and publishes it as ``crawler.worker_session``; ``close(reason)``
+      stores what is buffered, acknowledges finished pages, hands
+      unfinished leases back and withdraws it (None from then on);
+    - ``enqueue_request(request)`` buffers the request; True unless it cannot
+      be stored (a duplicate is accepted and counted when the batch is stored);
+    - ``next_request()`` the next leased request, or None while nothing is
+      due (the engine is woken when something may be);
+    - ``has_pending_requests()`` False only once the frontier (every
+      worker's share) has been empty for ``SCHEDULER_IDLE_BEFORE_CLOSE``,
+      never while Redis is away.
+
+    The order guarantees are the module's (per domain, by priority, FIFO
+    within one; across domains, by when each is due on the Redis server's clock).
+    """
+
+    runs_worker_session = True  # crawler.worker.uses_frontier
+    #: what builds the session: an import path to a class (or object) with
+    #: ``from_crawler(crawler, engine) -> WorkerSession``
+    session_factory = "crawler.worker.WorkerSession"
+
+    def __init__(self, crawler: Crawler, session: WorkerSession) -> None:
         self.crawler = crawler
-        self.clock = use_clock(crawler, clock)  # the crawl's one clock (crawler/clock.py)
+        self.session = session
+        self.clock = use_clock(crawler, session.clock)  # the crawl's one clock (crawler/clock.py)
         self.spider: Spider | None = None
         self._turn = 0  # requests handed out in this turn of the event loop
-        settings = crawler.settings
-        self.session = WorkerSession(
-            server, config, ScrapyEngine(crawler), crawler.stats, settings, crawler.request_fingerprinter, clock,
-            on_loss=on_loss_policy(settings), dlq_max=setting(settings, "CRAWLER_DLQ_MAX"),
-            dedup_start_requests=setting(settings, "CRAWLER_DEDUP_START_REQUESTS"))
         crawler.signals.connect(self._began, signal=signals.headers_received)
         crawler.signals.connect(self._ended, signal=signals.response_downloaded)
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
+    def from_crawler(cls, crawler: Crawler) -> Self:
         # a SettingsError or RedisUnavailable fails the crawl; the command layer says it in one line
-        config = FrontierSettings.from_settings(crawler.settings)
-        clock = clock_of(crawler)  # CRAWLER_CLOCK: for tests and simulations
-        server = get_redis(crawler.settings)
-        warn_ignored(crawler.settings)
-        return cls(crawler, server, config, clock)
+        factory = load_object(cls.session_factory)
+        return cls(crawler, factory.from_crawler(crawler, ScrapyEngine(crawler)))
 
     def open(self, spider: Spider) -> None:
         """Open (or resume) the frontier of ``spider`` and its shard."""
         self.spider = spider
         session = self.session
         session.open(spider, int(getattr(spider, "shard", session.config.shard)), int(getattr(spider, "shards", 1)))
-        self.crawler.frontier = session  # type: ignore[attr-defined]  # what components ask (crawler/worker/)
-        assert session.frontier is not None
-        self._say_opened(session.frontier.keys)
+        publish(self.crawler, session)  # what components ask (crawler/worker/)
+        assert session.store is not None
+        self._say_opened(session.store.keys)
 
     def _say_opened(self, keys: Keys) -> None:
         """One line: which Redis, which frontier, what it holds, and whether
@@ -150,16 +165,20 @@ class FrontierScheduler:
             logger.info("Frontier %s opened on Redis at %s (empty)", keys.base, where)
             return
         age = ""
-        frontier = self.session.frontier
-        if frontier is not None and frontier.epoch.created_ms:
-            age = f", made {_age((self.clock.server_ms(frontier.client) - frontier.epoch.created_ms) / 1000)} ago"
+        store = self.session.store
+        if store is not None and store.epoch.created_ms:
+            age = f", made {_age((self.clock.server_ms(store.client) - store.epoch.created_ms) / 1000)} ago"
         logger.info("Resuming crawl of frontier %s on Redis at %s (%d requests queued%s); to start afresh "
                     "instead: -s SCHEDULER_FLUSH_ON_START=True", keys.base, where, queued, age)
 
     def close(self, reason: str) -> None:
         """Store what is buffered, acknowledge finished pages and hand
-        unfinished leases back (``WorkerSession.close``)."""
-        self.session.close()
+        unfinished leases back (``WorkerSession.close``); from then on
+        ``session_of(crawler)`` is None."""
+        try:
+            self.session.close()
+        finally:
+            publish(self.crawler, None)
 
     def enqueue_request(self, request: Request) -> bool:
         """Buffer ``request`` for the frontier; True unless it cannot be stored.
@@ -172,11 +191,11 @@ class FrontierScheduler:
         return self.session.offer_request(request)
 
     def next_request(self) -> Request | None:
-        """The next leased request (``WorkerSession.take``), or None while
+        """The next leased request (``WorkerSession.next_lease``), or None while
         nothing is due or this turn of the loop had ``TURN_MAX``."""
         if self._turn >= TURN_MAX:
             return None  # the rest in the next turn: the loop runs what else is ready first
-        lease = self.session.take()
+        lease = self.session.next_lease()
         if lease is None:
             return None
         try:
@@ -215,13 +234,13 @@ class FrontierScheduler:
     def _began(self, request: Request, **_: Any) -> None:
         lease = self.session.lease_of(request)
         if lease is not None:
-            lease.began()
+            lease.response_began()
 
     def _ended(self, response: Response, request: Request, **_: Any) -> None:
         lease = self.session.lease_of(request)
         if lease is not None:
             # the crawler hung up on it (the page cap, a stopped download): the site sees the end later
-            lease.ended(request.meta.get("download_latency"), cut="download_stopped" in response.flags)
+            lease.response_ended(request.meta.get("download_latency"), cut="download_stopped" in response.flags)
 
 
 def _age(seconds: float) -> str:

@@ -33,7 +33,7 @@ from crawler.middlewares.robots import shared_robots
 from crawler.middlewares.useragent import robots_agent
 from crawler.robots import header_nofollow
 from crawler.identity import domain_of
-from crawler.worker import session_of as frontier_service
+from crawler.worker import session_of
 from crawler.seeds import Seed, parse_seeds, redis_seed_lines
 from crawler.settings_registry import setting
 from crawler.sharding import shard_of
@@ -171,11 +171,11 @@ class BillionSpider(scrapy.Spider):
 
     def _load_exclusions(self) -> None:
         path = setting(self.crawler.settings, "CRAWLER_EXCLUDE_FILE")
-        frontier = frontier_service(self.crawler)
-        if not path or frontier is None:
+        session = session_of(self.crawler)
+        if not path or session is None:
             return
         domains = [line.split("#", 1)[0].strip() for line in Path(path).read_text().splitlines()]
-        added = frontier.exclude(d for d in domains if d)
+        added = session.exclude(d for d in domains if d)
         logger.info("Exclusion list %s: %d domains (%d new)", path, sum(1 for d in domains if d), added)
 
     def seed_failed(self, failure: Failure) -> Iterator[scrapy.Request]:
@@ -207,17 +207,17 @@ class BillionSpider(scrapy.Spider):
         if self.robots is _UNKNOWN:
             self.robots = shared_robots(self.crawler)
         offered = known = 0
-        frontier = None
+        session = None
         if not self.max_depth or depth < self.max_depth:
-            frontier = frontier_service(self.crawler)
-            assert frontier is not None, "the billion spider needs the frontier scheduler"
+            session = session_of(self.crawler)
+            assert session is not None, "the billion spider needs the frontier scheduler"
             # links the frontier has seen were checked when first offered
-            fresh = frontier.unknown(links)
+            fresh = session.unknown(links)
             known, links = len(links) - len(fresh), fresh
         if self.robots is not None and links:
             links = self._robots_allowed(links)
-        if frontier is not None:
-            offered = known + frontier.offer(links, depth=depth + 1, canonical=True)
+        if session is not None:
+            offered = known + session.offer(links, depth=depth + 1, canonical=True)
         else:
             stats.inc_value("crawler/links/beyond_max_depth", len(links))
         yield {

@@ -1,7 +1,8 @@
 """The worker session: what components (middlewares, extensions, spiders,
-commands) import. ``crawler.frontier`` on a crawl is a :class:`WorkerSession`
-(``session_of(crawler)``); its :meth:`~WorkerSession.take` leases a request
-as a :class:`Lease`, which ends once, with ``Lease.ack(end)``. Modules whose
+commands) import. ``crawler.worker_session`` on a crawl is a
+:class:`WorkerSession` (``session_of(crawler)``; ``crawler.frontier`` is a
+deprecated alias); its :meth:`~WorkerSession.next_lease` leases a request as
+a :class:`Lease`, which ends once, with ``Lease.ack(end)``. Modules whose
 names start with ``_`` are the session's own.
 """
 
@@ -11,7 +12,7 @@ from scrapy.utils.misc import load_object
 
 from crawler.store import DEAD, DISALLOWED, ENDS, LOST, REDIRECTED, SKIPPED, STORED, UNKNOWN, Frontier, Keys
 from crawler.worker._leases import Lease, Storage, end_of
-from crawler.worker.session import Engine, WorkerSession, session_of
+from crawler.worker.session import Engine, WorkerSession, publish, session_of
 
 
 def uses_frontier(crawler: Any) -> bool:
@@ -23,4 +24,4 @@ def uses_frontier(crawler: Any) -> bool:
 
 __all__ = ["DEAD", "DISALLOWED", "ENDS", "LOST", "REDIRECTED", "SKIPPED", "STORED", "UNKNOWN", "Engine", "Frontier",
            "Keys", "Lease",
-           "Storage", "WorkerSession", "end_of", "session_of", "uses_frontier"]
+           "Storage", "WorkerSession", "end_of", "publish", "session_of", "uses_frontier"]

@@ -39,10 +39,10 @@ MIN_POLL_WAIT = 0.002
 
 
 class Intake:
-    def __init__(self, frontier: Frontier, prefetch: int, poll_interval: float,
+    def __init__(self, store: Frontier, prefetch: int, poll_interval: float,
                  wake_in: Callable[[float], None], stats: StatsCollector | None, clock: Clock = SYSTEM,
                  ask: Callable[[list[tuple[str, str]]], None] | None = None) -> None:
-        self.frontier = frontier
+        self.store = store
         self.ask = ask  # the names a call claimed for this worker to look up (per-address politeness)
         self.clock = clock
         self.prefetch = prefetch
@@ -73,13 +73,13 @@ class Intake:
             return False
         return True
 
-    def take(self, acks: Sequence[str | Ack], room: int | None = None) -> None:
-        """Lease what is due, acknowledging ``acks`` in the same call; no
+    def dequeue(self, acks: Sequence[str | Ack], room: int | None = None) -> None:
+        """One ``dequeue.lua`` call: lease what is due, acknowledging ``acks`` in the same call; no
         more than ``room`` (the requests the engine may start now), so no
         domain waits leased here while its turn passes."""
         now = self.clock.monotonic()
         want = min(self.prefetch, room) if room else self.prefetch
-        result = self.frontier.take(want, acks, self.call, self.took)
+        result = self.store.take(want, acks, self.call, self.took)
         # the next call's name: a retry of this one reuses it; its reply is here
         self.took, self.call = self.call, uuid.uuid4().hex
         self.last_take = now
@@ -135,7 +135,7 @@ class Intake:
         if self._busy and now - self._busy_checked < 0.25:
             return True
         self._busy_checked = now
-        if self.frontier.pending() > 0:
+        if self.store.pending() > 0:
             self._idle_since = None
             self._busy = True
         else:

@@ -1,14 +1,15 @@
 """Leases and how they end: the requests this worker took from the frontier
 and lent to the engine, each a :class:`Lease` that holds its own state (lent,
-held for storage, its politeness marks) and ends once, through its
-:class:`Leases` table, with one acknowledgement.
+storing its page, its politeness marks) and ends once, through its
+:class:`Leases` table, with one acknowledgement, given to the write buffer
+(:class:`AckSink`), which decides when it leaves (``_writes.py``).
 
 A lease ends with an acknowledgement (:class:`Ack`)
 that carries when its response began and ended, so the frontier can set the
 domain's next turn, and how the request ended (stored, dead letter, ...), so
 the frontier can count every URL it admitted into one end. A page is
 acknowledged as stored only once its storage (the WARC writer) says it holds
-it: until then its lease is *held*; a page that storage failed to keep is
+it: until then its lease is *storing*; a page that storage failed to keep is
 never acknowledged and goes back to the frontier when the worker closes.
 Nothing here talks to Redis; a lease this worker never acknowledges (it died)
 comes back when it expires in Redis.
@@ -34,16 +35,20 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable
+import warnings
 from typing import Any, NamedTuple, Protocol
 
 from crawler.clock import Clock
 from crawler.meta import DEAD as DEAD_KEY
-from crawler.meta import END, NON_HTML
+from crawler.meta import END, LEASE, NON_HTML
 from crawler.store import DEAD, ENDS, SKIPPED, STORED, UNKNOWN, Leased
 from crawler.worker._stats import inc
 
 logger = logging.getLogger(__name__)
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated, use {new}", DeprecationWarning, stacklevel=3)
 
 
 class Ack(NamedTuple):
@@ -53,7 +58,9 @@ class Ack(NamedTuple):
     end: str = ""  # one of ENDS; "" when the request moved on (a retry, a hand-back)
 
     def wire(self, now: float) -> str:
-        # a mark later than now (a cut answer's, Lease.ended) is a negative age: the turn counts from then
+        """The scripts' form, its age counted at ``now`` (as the round trip
+        leaves); the store's one encoder (``Frontier``) calls it."""
+        # a mark later than now (a cut answer's, Lease.response_ended) is a negative age: the turn counts from then
         age = "" if self.mark is None else str(math.floor((now - self.mark) * 1000))
         if self.end:
             duration = "" if self.duration is None else str(int(self.duration * 1000))
@@ -65,10 +72,16 @@ class Ack(NamedTuple):
         return f"{self.lease}:{age}:{int(self.duration * 1000)}"
 
 
-def wire(acks: Iterable[str | Ack], now: float) -> list[str]:
-    """``acks`` as the scripts read them, their ages counted at ``now``
-    (the monotonic clock's, as the round trip leaves)."""
-    return [a if isinstance(a, str) else a.wire(now) for a in acks]
+class AckSink(Protocol):
+    """Where the acknowledgements of ended leases go (the session's write
+    buffer, ``_writes.py``, which decides when they leave)."""
+
+    def ack(self, ack: Ack) -> None:
+        """Buffer the acknowledgement of a lease that ended."""
+
+    def retry(self, seconds: float, again: Leased, ack: Ack) -> None:
+        """Buffer ``again`` (the request moving on) to wait ``seconds`` in the
+        frontier, with the acknowledgement of the lease it leaves."""
 
 
 class Storage(Protocol):
@@ -92,10 +105,11 @@ def end_of(request: Any, default: str) -> str:
 
 
 class Lease:
-    """One request this worker leased from the frontier, from ``take()`` to its end.
+    """One request this worker leased from the frontier, from
+    ``WorkerSession.next_lease()`` to its end.
 
     The lease alone holds its state: what it was lent as (``payload``, the
-    engine's request), whether its page is held until storage keeps it,
+    engine's request), whether its page is on its way to storage,
     when its response began and ended, and whether it was given up on. It
     ends once, with :meth:`ack`; later calls do nothing.
     """
@@ -107,7 +121,7 @@ class Lease:
         self.entry = leased.entry  # the serialized request
         self.address = leased.address  # per address: where it is charged and must connect ("": anywhere)
         self.payload: Any = None  # what it is lent as: set by Leases.lend
-        self.held = False  # done, its page on its way to storage
+        self.storing = False  # done, its page on its way to storage (acknowledged once there)
         self.page: Any = None  # the request whose page storage is to hold
         self.given_up: str | None = None  # a dead letter's reason
         self._began: float | None = None
@@ -121,21 +135,31 @@ class Lease:
         """Lent and not ended."""
         return self._table.get(self.id) is self
 
-    def began(self) -> None:
+    def response_began(self) -> None:
         """The response's headers arrived (now, on the session's clock)."""
         self._began = self._table.clock.monotonic()
 
-    def ended(self, latency: float | None = None, *, cut: bool = False) -> None:
+    def response_ended(self, latency: float | None = None, *, cut: bool = False) -> None:
         """The response's last byte arrived; ``latency``: the download's, when known.
         ``cut``: this end hung up on an answer the site was still sending (a
         size cap, a stopped download): the site's answer ends when it sees the
         hang-up, up to a round trip later, so the mark is placed that much
         later, the time to the headers (``latency``, at least a round trip)
         standing for it. Without it the site could see the next request a few
-        ms under the delay (the soak: 6 intervals of 9.98-10.00 s in 30 min)."""
+        ms under the delay."""
         self._ended = self._table.clock.monotonic()
         self._latency = latency
         self._margin = (latency or 0.0) if cut else 0.0
+
+    def began(self) -> None:
+        """Deprecated (gone in the next release): :meth:`response_began`."""
+        _deprecated("Lease.began()", "Lease.response_began()")
+        self.response_began()
+
+    def ended(self, latency: float | None = None, *, cut: bool = False) -> None:
+        """Deprecated (gone in the next release): :meth:`response_ended`."""
+        _deprecated("Lease.ended()", "Lease.response_ended()")
+        self.response_ended(latency, cut=cut)
 
     def fetched(self, began: float, ended: float) -> None:
         """A fetch made for this lease outside the downloader (its robots.txt)
@@ -147,7 +171,7 @@ class Lease:
         """Done, ended as ``end`` (one of ``ENDS``): released within the ack
         interval, and its domain's next turn set; a stored page's once its
         storage holds ``page`` (the response's request; else the one lent),
-        until then it is held."""
+        until then it is ``storing``."""
         self._table.end(self, DEAD if self.given_up is not None else end, page)
 
     def dead(self, reason: str) -> None:
@@ -174,19 +198,19 @@ class Lease:
 
 
 class Leases:
-    """The leases this worker holds, by id; the only place one ends."""
+    """The leases this worker holds, by id; the only place one ends. Each end
+    gives one acknowledgement to ``sink`` (the write buffer), which decides
+    when it leaves; a stored page's waits until ``storage`` holds the page,
+    looked at every ``look_every`` seconds while some are on their way."""
 
-    def __init__(self, clock: Clock, delay_from: str, stats: Any, send: Callable[[Ack], None],
-                 redo: Callable[[float, Leased, Ack], None], unlink: Callable[[Any], None],
-                 look: Callable[[], None]) -> None:
+    def __init__(self, clock: Clock, delay_from: str, stats: Any, sink: AckSink, look_every: float) -> None:
         self.clock = clock
         self.finish = delay_from == "finish"
         self.stats = stats
         self.storage: Storage | None = None
-        self._send = send  # buffer an acknowledgement
-        self._redo = redo  # buffer a delayed request and its lease's acknowledgement
-        self._unlink = unlink  # the payload no longer covers a lease
-        self._look = look  # pages are held: look at storage again soon
+        self.sink = sink
+        self.look_every = look_every
+        self._look: Any = None  # the next look at pages on their way to storage
         self._lent: dict[str, Lease] = {}
 
     def __len__(self) -> int:
@@ -202,53 +226,66 @@ class Leases:
     def get(self, lease_id: str | None) -> Lease | None:
         return self._lent.get(lease_id) if lease_id is not None else None
 
-    @property
-    def held(self) -> list[Lease]:
-        return [lease for lease in self._lent.values() if lease.held]
+    def awaiting_storage(self) -> list[Lease]:
+        """The leases whose pages are on their way to storage."""
+        return [lease for lease in self._lent.values() if lease.storing]
 
     def end(self, lease: Lease, end: str, page: Any = None) -> None:
         if self._lent.get(lease.id) is not lease:
             return  # ended before
         lease.page = lease.payload if page is None else page
         if end == STORED and self.storage is not None and not self.storage.stored(lease.page):
-            lease.held = True
+            lease.storing = True
+            self._look_soon()
         else:
-            self._send(self.close(lease, end))
-        if self.storage is not None and self.held:
-            self._look()
+            self.sink.ack(self._close(lease, end))
 
-    def close(self, lease: Lease, end: str = "") -> Ack:
+    def _close(self, lease: Lease, end: str = "") -> Ack:
         """``lease`` no longer lent; its acknowledgement (counted when it ends)."""
         self._lent.pop(lease.id, None)
-        self._unlink(lease.payload)
+        if lease.payload is not None:
+            lease.payload.meta.pop(LEASE, None)  # the request no longer covers a lease
         if end:
             inc(self.stats, f"crawler/frontier/ended/{ENDS[end]}")
         return lease.acknowledgement(end)
 
     def delay(self, lease: Lease, seconds: float, again: Leased) -> None:
         if self._lent.get(lease.id) is lease:
-            self._redo(seconds, again, self.close(lease))
+            self.sink.retry(seconds, again, self._close(lease))
 
-    def stored(self) -> None:
-        """End the held pages storage holds by now."""
-        if self.storage is not None:
-            for lease in self.held:
-                if self.storage.stored(lease.page):
-                    self._send(self.close(lease, STORED))
+    def end_stored(self) -> None:
+        """End the pages storage holds by now; while some are still on their
+        way, look again ``look_every`` seconds later: a parked domain waits
+        for its page's acknowledgement, not for the session's next tick."""
+        if self.storage is None:
+            return
+        for lease in self.awaiting_storage():
+            if self.storage.stored(lease.page):
+                self.sink.ack(self._close(lease, STORED))
+        self._look_soon()
+
+    def _look_soon(self) -> None:
+        if self.awaiting_storage() and not (self._look is not None and self._look.active()):
+            self._look = self.clock.timers.callLater(self.look_every, self.end_stored)
 
     def sweep(self, busy: set[int]) -> int:
         """End the lent leases whose payload is not in ``busy`` (the ids of
-        what the engine is downloading or scraping) and not held: they ended
+        what the engine is downloading or scraping) and not storing: they ended
         where no acknowledging middleware looked; their end is what the
         middlewares noted on them, else unknown. How many."""
-        done = [lease for lease in self._lent.values() if id(lease.payload) not in busy and not lease.held]
+        done = [lease for lease in self._lent.values() if id(lease.payload) not in busy and not lease.storing]
         for lease in done:
-            self._send(self.close(lease, DEAD if lease.given_up is not None else end_of(lease.payload, UNKNOWN)))
+            self.sink.ack(self._close(lease, DEAD if lease.given_up is not None else end_of(lease.payload, UNKNOWN)))
         return len(done)
 
     def unfinished(self) -> list[str]:
         """Every lease not done (to hand back, not acknowledge)."""
         return list(self._lent)
+
+    def cancel(self) -> None:
+        """No more looks at storage (the session closes)."""
+        if self._look is not None and self._look.active():
+            self._look.cancel()
 
     def clear(self) -> None:
         self._lent.clear()

@@ -55,12 +55,12 @@ FINISH_REASON = "frontier_lost"
 class LossWatch:
     """The scheduler's side: when to look, and what to do on a loss."""
 
-    def __init__(self, stats: StatsCollector | None, frontier: Frontier, policy: str, held: Callable[[], int],
+    def __init__(self, stats: StatsCollector | None, frontier: Frontier, policy: str, leases_held: Callable[[], int],
                  forget_seen: Callable[[], None], stop: Callable[[], None]) -> None:
         self.stats = stats
         self.frontier = frontier
         self.policy = policy
-        self.held = held  # leases this worker holds, lent or not
+        self.leases_held = leases_held  # how many leases this worker holds, lent or not
         self.forget_seen = forget_seen  # what this worker knew seen, the new epoch has not seen
         self.stop = stop  # write nothing more, drop what was leased, close the crawl
         self.stopped = False  # stop: nothing more is written to the frontier
@@ -119,7 +119,7 @@ class LossWatch:
                        self.frontier.keys.base, self.frontier.epoch.id)
 
     def _tell(self, exc: FrontierLost, closing: bool) -> None:
-        held = self.held()
+        held = self.leases_held()
         base = self.frontier.keys.base
         if exc.kind == REWOUND:
             lost = (f"up to {exc.seen_seq - exc.found_seq} leases and delays made since the snapshot, "

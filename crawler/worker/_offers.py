@@ -1,0 +1,120 @@
+"""Offers: Scrapy requests and plain URLs made into frontier items, into the
+write buffer (this shard's) or the outbox (another shard's); a request that
+carries a lease (a retry, a redirect) ends that lease here."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from crawler.identity import domain_of, url_fingerprint
+from crawler.meta import DELAY, LEASE
+from crawler.sharding import shard_of
+from crawler.store import LOST, REDIRECTED, Item, codec
+from crawler.worker._stats import inc
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.statscollectors import StatsCollector
+    from scrapy.utils.request import RequestFingerprinterProtocol
+
+    from crawler.identity import Canonicalizer
+    from crawler.worker._leases import Leases
+    from crawler.worker._writes import WriteBuffer
+
+logger = logging.getLogger(__name__)
+
+
+class Offers:
+    def __init__(self, spider: Spider, shard: int, shards: int, forward: bool, writes: WriteBuffer,
+                 leases: Leases, fingerprinter: RequestFingerprinterProtocol, stats: StatsCollector | None,
+                 *, canonicalize: Canonicalizer, dedup_start_requests: bool) -> None:
+        self.spider = spider
+        self.shard = shard
+        self.shards = shards
+        self.forward = forward
+        self.writes = writes
+        self.leases = leases
+        self.fingerprinter = fingerprinter
+        self.stats = stats
+        self.canonicalize = canonicalize
+        self.dedup_start_requests = dedup_start_requests
+
+    def request(self, request: Request) -> bool:
+        """Buffer ``request`` (see ``FrontierScheduler.enqueue_request``); a
+        lease it carries (a retry or redirect of a leased request) ends here."""
+        lease = self.leases.get(request.meta.pop(LEASE, None))
+        try:
+            entry = codec.encode(request, self.spider)
+        except (TypeError, ValueError) as exc:
+            logger.error("Cannot store %s in the frontier, dropped: %s", request, exc)
+            inc(self.stats, "crawler/frontier/unserializable")
+            if lease is not None:
+                lease.ack(LOST)
+            return False
+        delay = request.meta.pop(DELAY, None)
+        inc(self.stats, "scheduler/enqueued/redis")
+        if delay is not None and lease is not None:
+            # a copy that waits (a retry, a hand-back) is the same request moving on
+            lease.delay(float(delay), entry, domain=domain_of(request.url), priority=request.priority)
+            inc(self.stats, "crawler/frontier/delayed")
+            return True
+        digest = self.fingerprinter.fingerprint(request)
+        dont_filter = request.dont_filter and not (
+            # Scrapy's start requests skip the dupefilter; in a frontier shared
+            # by many workers (and across restarts) that means one fetch each
+            self.dedup_start_requests and request.meta.get("is_start_request")
+        )
+        item = Item(digest, domain_of(request.url), request.priority, entry, dont_filter)
+        if delay is not None:
+            # the wait happens on the Redis server's clock, not in a worker
+            self.writes.delay(float(delay), item)
+            inc(self.stats, "crawler/frontier/delayed")
+        else:
+            self.writes.add(item)
+            if lease is not None:
+                lease.ack(REDIRECTED)  # one that does not wait is a redirect: its URL ended there
+        return True
+
+    def urls(self, urls: Iterable[str], depth: int, priority: int, canonical: bool) -> int:
+        """Buffer plain URLs (see ``FrontierScheduler.add_urls``); how many were
+        offered, those already seen in the frontier (:class:`Recent`) included."""
+        offered = known = 0
+        recent = self.writes.recent
+        for url in urls:
+            if not canonical:
+                try:
+                    url = self.canonicalize(url)
+                except ValueError:
+                    inc(self.stats, "crawler/frontier/invalid_urls")
+                    continue
+            digest = url_fingerprint(url)
+            if recent is not None and digest in recent:
+                known += 1
+                continue
+            domain = domain_of(url)
+            item = Item(digest, domain, priority, codec.encode_url(url, depth))
+            target = shard_of(domain, self.shards) if self.shards > 1 else self.shard
+            if target == self.shard:
+                self.writes.add(item)
+            elif self.forward:
+                self.writes.outbox.add(target, item)
+            else:
+                inc(self.stats, "crawler/forward/dropped")
+                continue
+            offered += 1
+        if known:
+            inc(self.stats, "crawler/frontier/duplicates_local", known)
+        return offered + known
+
+    def unknown(self, urls: list[str]) -> list[str]:
+        """``urls`` (canonical) less those :class:`Recent` knows, counted as
+        offered duplicates: a caller can skip its own checks of those."""
+        recent = self.writes.recent
+        if recent is None or not urls:
+            return urls
+        fresh = [url for url in urls if url_fingerprint(url) not in recent]
+        if len(fresh) < len(urls):
+            inc(self.stats, "crawler/frontier/duplicates_local", len(urls) - len(fresh))
+        return fresh

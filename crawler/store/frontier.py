@@ -16,6 +16,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any
 
 import redis
@@ -71,6 +72,21 @@ class AddResult:
     over_budget: int = 0
     excluded: int = 0
     unseen: tuple[int, ...] = ()  # enqueue: 1-based places of items to dedup not marked seen
+
+
+class Reply(IntEnum):
+    """The slots of ``dequeue.lua``'s reply, 0-based: the mirror of the
+    script's ``REPLY`` table (1-based), which its header documents;
+    ``tests/test_lua_reply.py`` checks the two agree."""
+
+    NOW = 0  # the server's ms, this call's clock
+    NEXT_DUE = 1  # when to ask again, ms; -1: nothing queued or delayed
+    EPOCH = 2  # the epoch id ("" if none)
+    SEQ = 3  # the lease id counter
+    QUEUED = 4  # requests queued
+    LOOKUPS = 5  # [host, domain, ...]: names this worker is to look up
+    FENCED = 6  # the latest failover fence, ms (0: never fenced)
+    LEASES = 7  # from here on, three per lease: id, record, address
 
 
 @dataclass
@@ -323,16 +339,17 @@ class Frontier:
             args=[n, self.lease_ms, p.rate, p.burst, _ms(p.delay), call, previous,
                   *_ids(acks, self.clock.monotonic()), *self.epoch.args(), self.fencing],
         )
-        fenced = int(reply[6])
-        self.epoch.observe(reply[2].decode(), int(reply[3]), int(reply[4]), fenced)  # FrontierLost: nothing done
+        fenced = int(reply[Reply.FENCED])
+        self.epoch.observe(reply[Reply.EPOCH].decode(), int(reply[Reply.SEQ]), int(reply[Reply.QUEUED]),
+                           fenced)  # FrontierLost: nothing done
         items = []
-        for i in range(7, len(reply), 3):
+        for i in range(Reply.LEASES, len(reply), 3):
             domain, prio, entry = reply[i + 1].split(b"\n", 2)
             items.append(Leased(reply[i].decode(), domain.decode(), int(prio), entry, reply[i + 2].decode()))
-        names = reply[5] if len(reply) > 5 else []
+        names = reply[Reply.LOOKUPS]
         lookups = [(names[i].decode(), names[i + 1].decode()) for i in range(0, len(names), 2)]
-        next_due = int(reply[1])
-        return TakeResult(items, int(reply[0]), None if next_due < 0 else next_due, lookups, fenced)
+        next_due = int(reply[Reply.NEXT_DUE])
+        return TakeResult(items, int(reply[Reply.NOW]), None if next_due < 0 else next_due, lookups, fenced)
 
     def answer(self, lookups: Sequence[Lookup]) -> list[tuple[str, str, int]]:
         """Record lookups' answers (``dns_done.lua``); the addresses this made
@@ -496,15 +513,26 @@ class Frontier:
         return int(queued or 0) + delayed + leases + inbox
 
     def clear(self) -> int:
-        """Delete every key of this frontier, and the spider's address space
-        (a standalone Redis's is every shard's: it fills again as they go on);
-        returns how many."""
+        """Delete every key of this frontier; returns how many. On a
+        standalone Redis the address space is every shard's: this frontier's
+        charges and waiting domains leave it first (``clear.lua``), the other
+        shards' keep their turns, and the last shard cleared deletes it."""
+        shared = self.address_base != self.keys.base
+        if shared:
+            waits = len(self.address_base + ":ipwait:")
+            addresses = [k[waits:].decode() for k in self.client.scan_iter(match=self.keys.waiting_pattern(),
+                                                                           count=1000)]
+            for i in range(0, max(len(addresses), 1), 500):
+                self.scripts.clear(keys=self.script_keys, args=addresses[i:i + 500])
+        removed = self._unlink(self.keys.pattern())
+        if shared and not self.shards():  # the last one: nobody's turn is left in it
+            removed += self._unlink(self.keys.addresses_pattern())
+        return removed
+
+    def _unlink(self, pattern: str) -> int:
         removed = 0
         batch: list[bytes] = []
-        patterns = [self.keys.pattern()]
-        if self.address_base != self.keys.base:
-            patterns.append(self.keys.addresses_pattern())
-        for key in (k for pattern in patterns for k in self.client.scan_iter(match=pattern, count=1000)):
+        for key in self.client.scan_iter(match=pattern, count=1000):
             batch.append(key)
             if len(batch) >= 500:
                 removed += self.client.unlink(*batch)

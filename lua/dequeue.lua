@@ -49,7 +49,7 @@
 -- The host is read from the entry as crawler/store/codec.py lays it out; an
 -- entry laid out otherwise is counted (ip_layout_errors), logged, and handed
 -- out uncharged, never charged to a host guessed from elsewhere in it.
--- Returns a list whose slots REPLY names (1-based; crawler/store/frontier.py's
+-- Returns a list whose slots REPLY names (1-based; crawler/store/records.py's
 -- Reply mirrors it, 0-based, and tests/test_lua_reply.py checks they agree):
 --   now       the server's ms, the one reading of the clock of this call
 --   next_due  ms of the earliest score of base:ready, base:delayed and, per

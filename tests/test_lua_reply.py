@@ -1,6 +1,6 @@
 """The slots of ``lua/dequeue.lua``'s reply have one name on both sides: the
 script's ``REPLY`` table (1-based, documented in its header) and
-``crawler.store.frontier.Reply`` (0-based), which ``Frontier.take`` reads by.
+``crawler.store.records.Reply`` (0-based), which ``Frontier.take`` reads by.
 
 The table is read from the script's own code, the line it indexes by, not
 from a comment: what is checked is what runs, with no debug path in the
@@ -15,7 +15,7 @@ import redis
 from crawler.clock import ManualClock
 from crawler.store import AddressPoliteness, Frontier, Item, Keys
 from crawler.store.codec import encode_url
-from crawler.store.frontier import Reply
+from crawler.store.records import Reply
 from tests.servers import ROOT
 
 _TABLE = re.compile(r"^local REPLY = \{(.*)\}$", re.MULTILINE)

@@ -382,6 +382,31 @@ local function route(domain, entry)
   return {wait = best, due = best_t}
 end
 
+-- the domain waits for its host's lookup, claimed for this worker if no one has it
+local function wait_for_lookup(domain, d)
+  if d.claim then
+    local deadline = now + ipc.claim
+    redis.call('HSET', d.dk, 'cl', deadline)
+    redis.call('ZADD', base .. ':dnsq', deadline, d.lookup)
+    lookups[#lookups + 1] = d.lookup
+    lookups[#lookups + 1] = domain
+  end
+  redis.call('SADD', base .. ':dnswait:' .. d.lookup, domain)
+  redis.call('ZREM', ready, domain)
+end
+
+-- every address busy or not due: the domain waits on the one that frees first
+local function wait_for_address(domain, d)
+  local dnext = tonumber(redis.call('HGET', base .. ':dom:' .. domain, 'next') or '0') or 0
+  redis.call('ZREM', ready, domain)
+  -- NX: a domain already waiting keeps its place (new URLs put it back in ready meanwhile)
+  if redis.call('ZADD', IPB .. ':ipwait:' .. d.wait, 'NX', math.max(dnext, now), base .. '\n' .. domain) == 1 then
+    redis.call('HINCRBY', IPB .. ':stats', 'ip_waiting', 1)
+  end
+  redis.call('HINCRBY', stats, 'ip_denials', 1)
+  if d.due ~= nil then redis.call('ZADD', IPB .. ':ipdue', 'LT', d.due, d.wait) end
+end
+
 -- The writes of the gate's decision <d> for <domain>. Returns where its head
 -- request goes now: an address (and whether it is a shared front end), ''
 -- (uncharged), '!nx' or '!refused'; nil when the domain waits, moved off
@@ -391,8 +416,7 @@ local function route_apply(domain, entry, d)
     if d.offered then redis.call('HDEL', IPB .. ':ip:' .. d.go, 'offer') end
     if d.rr then redis.call('HSET', d.dk, 'rr', d.rr) end
     return d.go, d.shared
-  end
-  if d.hand then
+  elseif d.hand then
     if d.count then redis.call('HINCRBY', stats, d.count, 1) end
     if d.count == 'ip_layout_errors' then
       redis.log(redis.LOG_WARNING, 'dequeue.lua: ' .. base .. ': a request of ' .. domain ..
@@ -400,32 +424,13 @@ local function route_apply(domain, entry, d)
                 '...): handed out without its address turn')
     end
     return d.hand
-  end
-  if d.postpone then
+  elseif d.postpone then
     redis.call('ZADD', ready, d.postpone, domain)
-    return nil
+  elseif d.lookup then
+    wait_for_lookup(domain, d)
+  else
+    wait_for_address(domain, d)
   end
-  if d.lookup then
-    if d.claim then
-      local deadline = now + ipc.claim
-      redis.call('HSET', d.dk, 'cl', deadline)
-      redis.call('ZADD', base .. ':dnsq', deadline, d.lookup)
-      lookups[#lookups + 1] = d.lookup
-      lookups[#lookups + 1] = domain
-    end
-    redis.call('SADD', base .. ':dnswait:' .. d.lookup, domain)
-    redis.call('ZREM', ready, domain)
-    return nil
-  end
-  -- every address busy or not due: the domain waits on the one that frees first
-  local dnext = tonumber(redis.call('HGET', base .. ':dom:' .. domain, 'next') or '0') or 0
-  redis.call('ZREM', ready, domain)
-  -- NX: a domain already waiting keeps its place (new URLs put it back in ready meanwhile)
-  if redis.call('ZADD', IPB .. ':ipwait:' .. d.wait, 'NX', math.max(dnext, now), base .. '\n' .. domain) == 1 then
-    redis.call('HINCRBY', IPB .. ':stats', 'ip_waiting', 1)
-  end
-  redis.call('HINCRBY', stats, 'ip_denials', 1)
-  if d.due ~= nil then redis.call('ZADD', IPB .. ':ipdue', 'LT', d.due, d.wait) end
   return nil
 end
 
@@ -471,8 +476,27 @@ local function lease(domain, prio, entry, address, shared)
   return sent, id
 end
 
+-- a domain's turn is over: <took> requests taken, <n> left, <tokens> in its
+-- bucket; its next place in base:ready (unless the gate moved it: <waits>)
+local function end_turn(domain, dkey, n, tokens, took, waits, rate, burst, delay)
+  if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
+  if waits then  -- the gate moved the domain: off base:ready, or to a later score
+    redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now)
+    return
+  end
+  local nxt = now
+  if rate > 0 and tokens < 1 then nxt = math.max(nxt, now + math.ceil((1 - tokens) * 1000 / rate)) end
+  if rate <= 0 then tokens = burst end
+  redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, 'next', nxt)
+  if n > 0 and not (delay > 0 and took > 0) then
+    redis.call('ZADD', ready, nxt, domain)
+  else
+    redis.call('ZREM', ready, domain)
+  end
+end
+
 -- a due domain's turn: its token bucket, its delay (a fence's hold first),
--- and per address its address's turn; then its next place in base:ready
+-- and per address its address's turn
 local function serve(domain, dkey)
   local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts', 'busy')
   if st[4] then  -- parked: its request is out (never ready; kept out if put back by hand)
@@ -517,21 +541,7 @@ local function serve(domain, dkey)
     if gated and sent then break end  -- one request a turn of its address
   end
   if took == 0 and n > 0 then denials = denials + 1 end
-  if waits then  -- the gate moved the domain: off base:ready, or to a later score
-    redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now)
-    if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
-    return
-  end
-  local nxt = now
-  if rate > 0 and tokens < 1 then nxt = math.max(nxt, now + math.ceil((1 - tokens) * 1000 / rate)) end
-  if rate <= 0 then tokens = burst end
-  redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, 'next', nxt)
-  if n > 0 and not (delay > 0 and took > 0) then
-    redis.call('ZADD', ready, nxt, domain)
-  else
-    redis.call('ZREM', ready, domain)
-  end
-  if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
+  end_turn(domain, dkey, n, tokens, took, waits, rate, burst, delay)
 end
 
 -- the due domains in order of their turn, until <want> requests are taken

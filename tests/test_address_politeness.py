@@ -316,15 +316,17 @@ def test_clearing_one_shard_leaves_the_other_shards_turns(redis_client: redis.Re
     # addresses, one behind shard 0's own request; shard 0 then closes (not
     # persistent) and clears its frontier while shard 1 goes on
     a, b = make(redis_client, clock, 0), make(redis_client, clock, 1)
-    a.add([item("http://a.test/", "a.test")])
+    a.add([item("http://a.test/", "a.test"), item("http://a2.test/", "a2.test")])
     b.add([item(f"http://{d}.test/", f"{d}.test") for d in ("b1", "b2", "b3")])
-    answer(a, {"a.test": ["127.1.0.4"]}, a.take(10).lookups)
-    assert [x.address for x in a.take(10).items] == ["127.1.0.4"]  # shard 0's request, never answered
+    answer(a, {"a.test": ["127.1.0.4"], "a2.test": ["127.1.0.4"]}, a.take(10).lookups)
+    assert [x.address for x in a.take(10).items] == ["127.1.0.4"]  # never answered; the other waits
     answer(b, {"b1.test": ["127.1.0.3"], "b2.test": ["127.1.0.3"], "b3.test": ["127.1.0.4"]}, b.take(10).lookups)
     first = b.take(10).items
     assert [x.domain for x in first] in (["b1.test"], ["b2.test"])  # the other waits, and b3.test too
     a.clear()
-    assert not redis_client.keys(f"{a.keys.base}:*")  # shard 0's keys are gone
+    assert not redis_client.keys(f"{a.keys.base}:*")  # shard 0's keys are gone, its waiting domain too:
+    assert redis_client.zrange(f"{a.address_base}:ipwait:127.1.0.4", 0, -1) == [f"{b.keys.base}\nb3.test".encode()]
+    assert int(redis_client.hget(f"{a.address_base}:stats", "ip_waiting")) == 2  # b3 and b1 or b2
     b.take(0, [Ack(first[0].lease, clock.monotonic())])
     served = [x.domain for x in first]
     for _ in range(5):

@@ -182,6 +182,25 @@ local function push_record(base, rec, front, now)
   push(base, domain, prio, entry, front, now)
 end
 
+-- Lease <id> is given up (its worker handed it back: release.lua; or it
+-- expired: dequeue.lua): its request goes back to the front of its queue,
+-- its parked domain's delay runs from <now> (it may have been sent), and its
+-- address charge, if any, is released. A lease no longer held (acknowledged,
+-- or given up already) is left alone. A held lease whose record is missing
+-- still frees its address: a charge kept would hold the address busy for
+-- good. Returns whether a request went back.
+local function requeue_lease(base, id, now)
+  if redis.call('ZREM', base .. ':leases', id) == 0 then return false end
+  local rec = redis.call('HGET', base .. ':lease', id)
+  if rec then
+    redis.call('HDEL', base .. ':lease', id)
+    unpark(base, split_record(rec), id, now, nil)
+    push_record(base, rec, true, now)
+  end
+  ip_release(base, id, now)
+  return rec ~= false
+end
+
 -- Acknowledgements: "<id>" or "<id>:<age>:<dur>[:<end>]", age = ms since the
 -- request's politeness mark (its response began or ended, as the worker's
 -- CRAWLER_DELAY_FROM says), dur = ms the fetch took (either may be empty),

@@ -1,9 +1,11 @@
 #!lua flags=allow-oom
 -- allow-oom: it frees at least what it stores, so it keeps the crawl going when
 -- Redis is out of memory (maxmemory with noeviction).
--- dequeue: lease up to N requests of due domains, within each domain's token
--- bucket and minimum delay, on the server's clock. Also acknowledges leases,
--- returns expired leases to their queues and releases due delayed requests.
+-- dequeue: the one call a worker makes to take work. It acknowledges leases,
+-- returns expired leases to their queues, releases due delayed requests, and
+-- leases up to N requests of due domains, within each domain's token bucket
+-- and minimum delay (and, per address, an address's turn), on the server's
+-- clock. The main block at the end lists its phases in order.
 -- KEYS[1]  base key of the frontier
 -- KEYS[2]  its address space (optional; see _lib.lua's IPB)
 -- ARGV[1]  maximum number of requests
@@ -13,7 +15,8 @@
 -- ARGV[5]  default minimum delay between two requests to a domain, ms
 -- ARGV[6]  call id ("" for none): a call sent again with the same id (its
 --          reply was lost, the client retried) gets the first call's reply,
---          so no lease is taken twice and none is left without its worker
+--          so no lease is taken twice and none is left without its worker;
+--          the reply is kept as long as its leases (ARGV[2], and a second)
 -- ARGV[7]  the id of this client's previous call, whose reply arrived: its
 --          kept reply is deleted ("" for none), so a worker keeps one at most
 -- ARGV[8]  number of lease ids to acknowledge, then the ids
@@ -43,73 +46,190 @@
 -- ipwait, offered the address when it frees. A host known not to exist, or
 -- to lead only to refused addresses, gets its requests handed out at once
 -- with the address "!nx" or "!refused": they end as dead letters unsent.
--- Returns {now_ms, next_due_ms or -1 (the earliest score of base:ready,
---          base:delayed and, per address, of ipdue and dnsq), epoch id ("" if
---          none), seq, queued, {host, domain, ...: names to look up},
---          the frontier's latest fence ms (0: never fenced),
---          lease id, record, address, lease id, record, address, ...}
+-- The host is read from the entry as crawler/store/codec.py lays it out; an
+-- entry laid out otherwise is counted (ip_layout_errors), logged, and handed
+-- out uncharged, never charged to a host guessed from elsewhere in it.
+-- Returns a list whose slots REPLY names (1-based; crawler/store/records.py's
+-- Reply mirrors it, 0-based, and tests/test_lua_reply.py checks they agree):
+--   now       the server's ms, the one reading of the clock of this call
+--   next_due  ms of the earliest score of base:ready, base:delayed and, per
+--             address, of ipdue and dnsq; -1: none
+--   epoch     the epoch id ("" if none)
+--   seq       the lease id counter, as this call leaves it
+--   queued    the requests queued, as this call leaves it
+--   lookups   {host, domain, ...}: names this worker is to look up
+--   fenced    the frontier's latest failover fence, ms (0: never fenced)
+--   leases    from this slot on, three per lease: id, record, address
+local REPLY = {now = 1, next_due = 2, epoch = 3, seq = 4, queued = 5, lookups = 6, fenced = 7, leases = 8}
+
 local base = KEYS[1]
 local want = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
 local d_rate, d_burst, d_delay = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local call = ARGV[6]
-if ARGV[7] ~= '' then redis.call('DEL', base .. ':call:' .. ARGV[7]) end
+local call, previous = ARGV[6], ARGV[7]
 local acks, at = read_list(8)
+local expect_epoch, expect_seq, fencing = ARGV[at] or '', tonumber(ARGV[at + 1]) or 0, ARGV[at + 2] == '1'
 local stats = base .. ':stats'
--- one reading of the clock for the acks and the take, so the take sees the
--- marks as the acks placed them (1 ms late), however long this call runs
-local now = now_ms()
--- a failover fence first (its counter jump keeps the epoch check below quiet)
-local fenced = 0
-if ARGV[at + 2] == '1' then fenced = fence(base, now) end
--- the reply's epoch fields: the epoch id (read once: a script is atomic),
--- the lease id counter and the requests queued, as this call leaves them,
--- and the latest fence
-local epoch_id = nil
-local function epoch(out)
-  epoch_id = epoch_id or redis.call('HGET', base .. ':epoch', 'id') or ''
-  out[3] = epoch_id
-  out[4] = tonumber(redis.call('GET', base .. ':seq') or '0')
-  out[5] = tonumber(redis.call('HGET', stats, 'queued') or '0') or 0
-  out[7] = fenced
-  return out
+local ready = base .. ':ready'
+local replay_key = base .. ':call:' .. call
+local REPLAY_MARGIN_MS = 1000  -- a kept reply outlives its leases by this much
+local OFFER_MS = 1000  -- an address offered to a waiter that did not take it is offered again after this
+
+-- set by the main block: the clock of this call, the latest fence, the
+-- frontier's defaults, the reply, and what the turns took
+local now, fenced, ipc, gated, out, lookups
+local taken, attempts, denials = 0, 0, 0
+
+-- === the reply ===
+
+-- a reply with nothing taken (yet)
+local function new_reply()
+  local r = {}
+  r[REPLY.now], r[REPLY.next_due], r[REPLY.epoch], r[REPLY.seq] = now, -1, '', 0
+  r[REPLY.queued], r[REPLY.lookups], r[REPLY.fenced] = 0, {}, fenced
+  return r
 end
-local expect = ARGV[at] or ''
-if expect ~= '' then
+
+-- the reply's epoch fields, as this call leaves them (the epoch id read once:
+-- a script is atomic)
+local epoch_id = nil
+local function with_epoch(r)
+  epoch_id = epoch_id or redis.call('HGET', base .. ':epoch', 'id') or ''
+  r[REPLY.epoch] = epoch_id
+  r[REPLY.seq] = tonumber(redis.call('GET', base .. ':seq') or '0')
+  r[REPLY.queued] = tonumber(redis.call('HGET', stats, 'queued') or '0') or 0
+  r[REPLY.fenced] = fenced
+  return r
+end
+
+-- the epoch the caller opened the frontier under is gone or replaced, or
+-- the frontier went back in time: nothing is to be done
+local function epoch_lost()
+  if expect_epoch == '' then return false end
   epoch_id = redis.call('HGET', base .. ':epoch', 'id') or ''
   local seq = tonumber(redis.call('GET', base .. ':seq') or '0')
-  if epoch_id ~= expect or seq < (tonumber(ARGV[at + 1]) or 0) then return epoch({now, -1, '', 0, 0, {}, 0}) end
+  return epoch_id ~= expect_epoch or seq < expect_seq
 end
-ack_all(base, acks, now)
-local replay_key = base .. ':call:' .. call
-if call ~= '' then
+
+-- the reply kept for a retry of this call, if it was made already
+local function kept_reply()
+  if call == '' then return nil end
   local done = redis.call('GET', replay_key)
-  if done then return epoch(cmsgpack.unpack(done)) end
+  return done and cmsgpack.unpack(done)
 end
-local ready = base .. ':ready'
 
-local expired = redis.call('ZRANGEBYSCORE', base .. ':leases', '-inf', now, 'LIMIT', 0, 200)
-for e = #expired, 1, -1 do  -- backwards: pushed to the front, they keep their order
-  local id = expired[e]
-  local rec = redis.call('HGET', base .. ':lease', id)
-  redis.call('ZREM', base .. ':leases', id)
-  redis.call('HDEL', base .. ':lease', id)
-  if rec then
-    unpark(base, split_record(rec), id, now, nil)  -- its worker is gone: the delay runs from now
-    push_record(base, rec, true, now)
+-- kept as long as its leases are held (and a margin): a worker cut off
+-- for less than a lease still gets its leases when it retries
+local function keep_reply()
+  if call ~= '' and (taken > 0 or #lookups > 0) then
+    redis.call('SET', replay_key, cmsgpack.pack(out), 'PX', lease_ms + REPLAY_MARGIN_MS)
   end
-  ip_release(base, id, now)
 end
-if #expired > 0 then redis.call('HINCRBY', stats, 'leases_expired', #expired) end
 
-local due = redis.call('ZRANGEBYSCORE', base .. ':delayed', '-inf', now, 'LIMIT', 0, 500)
-for _, member in ipairs(due) do
-  redis.call('ZREM', base .. ':delayed', member)
-  local cut = string.find(member, '\n', 1, true)
-  push_record(base, string.sub(member, cut + 1), false, now)
+-- when the caller is to ask again: the earliest of the ready domains, the
+-- delayed requests and, per address, the addresses to offer and the lookups
+-- to reclaim (a delayed request joins its queue when its time comes)
+local function next_due()
+  local due = -1
+  local function sooner(key)
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    if #first > 0 and (due < 0 or tonumber(first[2]) < due) then due = tonumber(first[2]) end
+  end
+  sooner(ready)
+  sooner(base .. ':delayed')
+  if gated then
+    sooner(IPB .. ':ipdue')  -- an address frees: its waiter is offered it by the next call
+    sooner(base .. ':dnsq')
+  end
+  return due
 end
-if #due > 0 then redis.call('HINCRBY', stats, 'delayed_released', #due) end
 
+-- === the phases before the turns ===
+
+-- leases past their deadline (their workers are gone): back to the front of their queues
+local function requeue_expired()
+  local expired = redis.call('ZRANGEBYSCORE', base .. ':leases', '-inf', now, 'LIMIT', 0, 200)
+  for e = #expired, 1, -1 do  -- backwards: pushed to the front, they keep their order
+    requeue_lease(base, expired[e], now)
+  end
+  if #expired > 0 then redis.call('HINCRBY', stats, 'leases_expired', #expired) end
+end
+
+-- delayed requests whose time has come: to the back of their queues
+local function release_delayed()
+  local due = redis.call('ZRANGEBYSCORE', base .. ':delayed', '-inf', now, 'LIMIT', 0, 500)
+  for _, member in ipairs(due) do
+    redis.call('ZREM', base .. ':delayed', member)
+    local cut = string.find(member, '\n', 1, true)
+    push_record(base, string.sub(member, cut + 1), false, now)
+  end
+  if #due > 0 then redis.call('HINCRBY', stats, 'delayed_released', #due) end
+end
+
+-- after a failover fence: how long a domain of <delay> ms (its own, robots.txt
+-- included) is held from the fence, the longest its delay can be (stretched
+-- by delay_factor up to delay_max); an address, its own delay
+local function fence_hold(delay)
+  if ipc.factor > 0 and ipc.max > delay then return ipc.max end
+  return delay
+end
+local function ip_fenced(nxt, shared)
+  if fenced == 0 then return nxt end
+  return math.max(nxt, fenced + (shared and ipc.shared_delay or ipc.ip_delay))
+end
+
+-- an address's state: requests in flight, when it is next due (the fence
+-- applied), whether it is a shared front end, how many it takes at once, and
+-- the waiter it was offered to
+local function address_state(a)
+  local v = redis.call('HMGET', IPB .. ':ip:' .. a, 'out', 'next', 'shared', 'offer')
+  local shared = v[3] == '1'
+  return tonumber(v[1] or '0') or 0, ip_fenced(tonumber(v[2] or '0') or 0, shared), shared,
+         shared and ipc.shared_cap or 1, v[4]
+end
+
+-- per address: hand each address that is free and due to its first waiter
+-- whose own turn has come (one a turn; a shared front end, one a start)
+local function offer_free_addresses()
+  local dueips = redis.call('ZRANGEBYSCORE', IPB .. ':ipdue', '-inf', now, 'LIMIT', 0, 64)
+  for _, a in ipairs(dueips) do
+    local busy, nxt, shared, cap = address_state(a)
+    local wait = IPB .. ':ipwait:' .. a
+    local head = redis.call('ZRANGE', wait, 0, 0, 'WITHSCORES')
+    if busy >= cap or #head == 0 then
+      redis.call('ZREM', IPB .. ':ipdue', a)  -- an acknowledgement offers it again
+    elseif nxt > now or tonumber(head[2]) > now then
+      redis.call('ZADD', IPB .. ':ipdue', math.max(nxt, tonumber(head[2])), a)
+    else
+      -- the first waiter that can go takes the offer (one whose queue emptied is passed over)
+      while #head > 0 and tonumber(head[2]) <= now do
+        redis.call('ZREM', wait, head[1])
+        redis.call('HINCRBY', IPB .. ':stats', 'ip_waiting', -1)
+        local cut = string.find(head[1], '\n', 1, true)
+        if ready_again(string.sub(head[1], 1, cut - 1), string.sub(head[1], cut + 1), now) then
+          redis.call('HSET', IPB .. ':ip:' .. a, 'offer', head[1])
+          break
+        end
+        head = redis.call('ZRANGE', wait, 0, 0, 'WITHSCORES')
+      end
+      if redis.call('EXISTS', wait) == 1 then
+        redis.call('ZADD', IPB .. ':ipdue', now + (shared and math.max(ipc.shared_delay, 1) or OFFER_MS), a)
+      else
+        redis.call('ZREM', IPB .. ':ipdue', a)
+      end
+    end
+  end
+end
+
+-- lookups claimed and never answered (their worker died): their domains come back, to claim them again
+local function reclaim_lookups()
+  local stale = redis.call('ZRANGEBYSCORE', base .. ':dnsq', '-inf', now, 'LIMIT', 0, 100)
+  for _, host in ipairs(stale) do name_done(base, host, now) end
+end
+
+-- === a domain's queue ===
+
+-- the request at the head of a domain's queue, taken off it
 local function pop(domain)
   local qp = base .. ':qp:' .. domain
   while true do
@@ -134,174 +254,183 @@ local function peek(domain)
   end
 end
 
-local resolve = {}
-local out = {now, -1, '', 0, 0, resolve, fenced}
-local taken, attempts, denials = 0, 0, 0
-local ipc = defaults(base)
-local gated = ipc.ip_delay > 0
-local OFFER_MS = 1000  -- an address offered to a waiter that did not take it is offered again after this
+-- === the address gate: the host, the decision, the writes ===
 
--- after a failover fence: how long a domain of <delay> ms (its own, robots.txt
--- included) is held from the fence, the longest its delay can be (stretched
--- by delay_factor up to delay_max); an address, its own delay
-local function fence_hold(delay)
-  if ipc.factor > 0 and ipc.max > delay then return ipc.max end
-  return delay
-end
-local function ip_fenced(nxt, shared)
-  if fenced == 0 then return nxt end
-  return math.max(nxt, fenced + (shared and ipc.shared_delay or ipc.ip_delay))
-end
-
--- per address: hand each address that is free and due to its first waiter
--- whose own turn has come (one a turn; a shared front end, one a start)
-if gated then
-  local dueips = redis.call('ZRANGEBYSCORE', IPB .. ':ipdue', '-inf', now, 'LIMIT', 0, 64)
-  for _, a in ipairs(dueips) do
-    local k = IPB .. ':ip:' .. a
-    local v = redis.call('HMGET', k, 'out', 'next', 'shared')
-    local shared = v[3] == '1'
-    local cap = shared and ipc.shared_cap or 1
-    local busy, nxt = tonumber(v[1] or '0') or 0, ip_fenced(tonumber(v[2] or '0') or 0, shared)
-    local wait = IPB .. ':ipwait:' .. a
-    local head = redis.call('ZRANGE', wait, 0, 0, 'WITHSCORES')
-    if busy >= cap or #head == 0 then
-      redis.call('ZREM', IPB .. ':ipdue', a)  -- an acknowledgement offers it again
-    elseif nxt > now or tonumber(head[2]) > now then
-      redis.call('ZADD', IPB .. ':ipdue', math.max(nxt, tonumber(head[2])), a)
-    else
-      -- the first waiter that can go takes the offer (one whose queue emptied is passed over)
-      while #head > 0 and tonumber(head[2]) <= now do
-        redis.call('ZREM', wait, head[1])
-        redis.call('HINCRBY', IPB .. ':stats', 'ip_waiting', -1)
-        local cut = string.find(head[1], '\n', 1, true)
-        if ready_again(string.sub(head[1], 1, cut - 1), string.sub(head[1], cut + 1), now) then
-          redis.call('HSET', k, 'offer', head[1])
-          break
-        end
-        head = redis.call('ZRANGE', wait, 0, 0, 'WITHSCORES')
-      end
-      if redis.call('EXISTS', wait) == 1 then
-        redis.call('ZADD', IPB .. ':ipdue', now + (shared and math.max(ipc.shared_delay, 1) or OFFER_MS), a)
-      else
-        redis.call('ZREM', IPB .. ':ipdue', a)
-      end
-    end
-  end
-  -- lookups claimed and never answered (their worker died): their domains come back, to claim them again
-  local stale = redis.call('ZRANGEBYSCORE', base .. ':dnsq', '-inf', now, 'LIMIT', 0, 100)
-  for _, host in ipairs(stale) do name_done(base, host, now) end
-end
-
--- the host of a queued request: "U<depth> <url>", or "R" + msgpack of
--- Request.to_dict(), whose first key is its url (read here without
--- unpacking the rest); nil when unreadable
-local function host_of(entry)
-  local url
-  if string.sub(entry, 1, 1) == 'U' then
-    url = string.sub(entry, (string.find(entry, ' ', 1, true) or #entry) + 1)
-  else
-    local at = string.find(entry, '\163url', 1, true)
-    if not at then return nil end
-    local i = at + 4
-    local b = string.byte(entry, i)
+-- the n-byte big-endian number at i of s (nil past its end)
+local function uint_at(s, i, n)
+  local v = 0
+  for k = i, i + n - 1 do
+    local b = string.byte(s, k)
     if not b then return nil end
-    local len
-    if b >= 0xa0 and b <= 0xbf then len = b - 0xa0; i = i + 1
-    elseif b == 0xd9 then len = string.byte(entry, i + 1); i = i + 2
-    elseif b == 0xda then len = string.byte(entry, i + 1) * 256 + string.byte(entry, i + 2); i = i + 3
-    else return nil end
-    url = string.sub(entry, i, i + len - 1)
+    v = v * 256 + b
   end
+  return v
+end
+
+-- the msgpack str at i of s (fixstr, str8, str16, str32): its text and the
+-- index after it; nil when there is none there
+local STR_LEN = {[0xd9] = 1, [0xda] = 2, [0xdb] = 4}
+local function str_at(s, i)
+  local b = string.byte(s, i)
+  if not b then return nil end
+  local len
+  if b >= 0xa0 and b <= 0xbf then
+    len, i = b - 0xa0, i + 1
+  elseif STR_LEN[b] then
+    len, i = uint_at(s, i + 1, STR_LEN[b]), i + 1 + STR_LEN[b]
+  end
+  if len == nil or i + len - 1 > #s then return nil end
+  return string.sub(s, i, i + len - 1), i + len
+end
+
+-- the URL of a queued entry, as crawler/store/codec.py lays it out:
+-- "U<depth> <url>", or "R" + a msgpack map (fixmap, map16, map32) whose
+-- first key is "url", a str; read without unpacking the rest. nil when the
+-- entry is laid out otherwise
+local MAP_HEADER = {[0xde] = 3, [0xdf] = 5}
+local function url_of(entry)
+  local kind = string.sub(entry, 1, 1)
+  if kind == 'U' then
+    local space = string.find(entry, ' ', 1, true)
+    return space and string.sub(entry, space + 1)
+  end
+  if kind ~= 'R' then return nil end
+  local b = string.byte(entry, 2)
+  if not b then return nil end
+  local i = (b >= 0x81 and b <= 0x8f) and 3 or MAP_HEADER[b] and 2 + MAP_HEADER[b]
+  if not i then return nil end
+  local key, j = str_at(entry, i)
+  if key ~= 'url' then return nil end
+  return (str_at(entry, j))
+end
+
+-- the host of a queued entry (lower case); else nil and why: 'layout' (the
+-- entry is not laid out as codec.py says), 'nohost' (its URL has no host)
+local function host_of(entry)
+  local url = url_of(entry)
+  if url == nil then return nil, 'layout' end
   local s = string.find(url, '//', 1, true)
-  if not s then return nil end
+  if not s then return nil, 'nohost' end
   local hostport = string.match(string.sub(url, s + 2), '^[^/?#]*')
   hostport = string.match(hostport, '[^@]*$')
   local host = string.match(hostport, '^%[([^%]]*)%]') or string.match(hostport, '^[^:]*')
-  if host == nil or host == '' then return nil end
+  if host == nil or host == '' then return nil, 'nohost' end
   return string.lower(host)
 end
 
-local function claim(host, domain, dk)
-  local deadline = now + ipc.claim
-  redis.call('HSET', dk, 'cl', deadline)
-  redis.call('ZADD', base .. ':dnsq', deadline, host)
-  resolve[#resolve + 1] = host
-  resolve[#resolve + 1] = domain
+-- The name's side of the gate, read only: the addresses of <host> and the
+-- round-robin place to start from, with its record's key; or a decision
+-- ({hand = '!nx'/'!refused'}, {postpone = ms}, {lookup = host, claim = bool}).
+local function addresses_of(host)
+  if string.find(host, ':', 1, true) or string.match(host, '^[%d%.]+$') then
+    return {host}, 0, nil  -- an address in the URL is its own record
+  end
+  local dk = base .. ':dns:' .. host
+  local r = redis.call('HMGET', dk, 'st', 'a', 'exp', 'until', 'cl', 'rr')
+  local st, exp = r[1], tonumber(r[3] or '0') or 0
+  if st == 'nx' or st == 'refused' then
+    if exp > now then return nil, nil, nil, {hand = '!' .. st} end
+    st = nil  -- a missing name's record ran out: look again
+  elseif st == 'retry' then
+    local u = tonumber(r[4] or '0') or 0
+    if u > now then return nil, nil, nil, {postpone = u} end  -- nothing lost
+    st = nil
+  elseif st == 'ok' and exp <= now then
+    st = nil  -- its time is up: looked up again before the next request (a failed lookup keeps it a while)
+  end
+  if st ~= 'ok' then
+    return nil, nil, nil, {lookup = host, claim = (tonumber(r[5] or '0') or 0) <= now, dk = dk}
+  end
+  local addrs = {}
+  for a in string.gmatch(r[2], '%S+') do addrs[#addrs + 1] = a end
+  if #addrs == 0 then return nil, nil, nil, {hand = '!refused'} end
+  return addrs, tonumber(r[6] or '0') or 0, dk
 end
 
--- where the head request of <domain> may go now: an address of its host
--- free and due, with whether it is a shared front end; '' (its host is
--- unreadable: not charged), '!nx' or '!refused' (no address to go to); nil
--- when the domain waits (for its name's lookup, or for an address), moved
--- off base:ready here
-local function gate(domain, entry)
-  local host = host_of(entry)
+-- The gate's decision for the head request <entry> of <domain>, read only
+-- (route_apply() makes its writes). One of:
+--   {go = address, shared = bool, offered = bool, rr = next place or nil, dk = record key}
+--   {hand = address, count = stat or nil}: handed out uncharged ('') or
+--     unsent ('!nx', '!refused')
+--   {postpone = ms}: its name's lookup failed a while ago; tried again then
+--   {lookup = host, claim = bool, dk = record key}: waits for the name's lookup
+--   {wait = address, due = ms or nil}: every address busy or not due
+local function route(domain, entry)
+  local host, why = host_of(entry)
   if host == nil then
-    redis.call('HINCRBY', stats, 'ip_unreadable', 1)
-    return ''
+    return {hand = '', count = why == 'layout' and 'ip_layout_errors' or 'ip_unreadable'}
   end
-  local addrs, rr, dk = nil, 0, nil
-  if string.find(host, ':', 1, true) or string.match(host, '^[%d%.]+$') then
-    addrs = {host}  -- an address in the URL is its own record
-  else
-    dk = base .. ':dns:' .. host
-    local r = redis.call('HMGET', dk, 'st', 'a', 'exp', 'until', 'cl', 'rr')
-    local st, exp = r[1], tonumber(r[3] or '0') or 0
-    local free = (tonumber(r[5] or '0') or 0) <= now
-    if st == 'nx' or st == 'refused' then
-      if exp > now then return '!' .. st end
-      st = nil  -- a missing name's record ran out: look again
-    elseif st == 'retry' then
-      local u = tonumber(r[4] or '0') or 0
-      if u > now then
-        redis.call('ZADD', ready, u, domain)  -- postponed, nothing lost
-        return nil
-      end
-      st = nil
-    elseif st == 'ok' and exp <= now then
-      st = nil  -- its time is up: looked up again before the next request (a failed lookup keeps it a while)
-    end
-    if st ~= 'ok' then
-      if free then claim(host, domain, dk) end
-      redis.call('SADD', base .. ':dnswait:' .. host, domain)
-      redis.call('ZREM', ready, domain)
-      return nil
-    end
-    addrs, rr = {}, tonumber(r[6] or '0') or 0
-    for a in string.gmatch(r[2], '%S+') do addrs[#addrs + 1] = a end
-    if #addrs == 0 then return '!refused' end
-  end
+  local addrs, rr, dk, decided = addresses_of(host)
+  if decided then return decided end
   local best, best_t = nil, nil
   local me = base .. '\n' .. domain
   for i = 0, #addrs - 1 do
     local a = addrs[(rr + i) % #addrs + 1]
-    local k = IPB .. ':ip:' .. a
-    local v = redis.call('HMGET', k, 'out', 'next', 'shared', 'offer')
-    local shared = v[3] == '1'
-    local busy, nxt = tonumber(v[1] or '0') or 0, ip_fenced(tonumber(v[2] or '0') or 0, shared)
-    if busy < (shared and ipc.shared_cap or 1) then
+    local busy, nxt, shared, cap, offer = address_state(a)
+    if busy < cap then
       -- free and due: its waiters go first, in turn (the one offered it, or none waiting)
-      local mine = v[4] == me
+      local mine = offer == me
       if nxt <= now and (mine or redis.call('EXISTS', IPB .. ':ipwait:' .. a) == 0) then
-        if mine then redis.call('HDEL', k, 'offer') end
-        if dk and #addrs > 1 then redis.call('HSET', dk, 'rr', (rr + i + 1) % #addrs) end
-        return a, shared
+        return {go = a, shared = shared, offered = mine, dk = dk,
+                rr = (dk and #addrs > 1) and (rr + i + 1) % #addrs or nil}
       end
       if best_t == nil or nxt < best_t then best, best_t = a, nxt end
     elseif best == nil then
       best = a
     end
   end
-  -- every address busy or not due: the domain waits on the one that frees first
+  return {wait = best, due = best_t}
+end
+
+-- the domain waits for its host's lookup, claimed for this worker if no one has it
+local function wait_for_lookup(domain, d)
+  if d.claim then
+    local deadline = now + ipc.claim
+    redis.call('HSET', d.dk, 'cl', deadline)
+    redis.call('ZADD', base .. ':dnsq', deadline, d.lookup)
+    lookups[#lookups + 1] = d.lookup
+    lookups[#lookups + 1] = domain
+  end
+  redis.call('SADD', base .. ':dnswait:' .. d.lookup, domain)
+  redis.call('ZREM', ready, domain)
+end
+
+-- every address busy or not due: the domain waits on the one that frees first
+local function wait_for_address(domain, d)
   local dnext = tonumber(redis.call('HGET', base .. ':dom:' .. domain, 'next') or '0') or 0
   redis.call('ZREM', ready, domain)
   -- NX: a domain already waiting keeps its place (new URLs put it back in ready meanwhile)
-  if redis.call('ZADD', IPB .. ':ipwait:' .. best, 'NX', math.max(dnext, now), me) == 1 then
+  if redis.call('ZADD', IPB .. ':ipwait:' .. d.wait, 'NX', math.max(dnext, now), base .. '\n' .. domain) == 1 then
     redis.call('HINCRBY', IPB .. ':stats', 'ip_waiting', 1)
   end
   redis.call('HINCRBY', stats, 'ip_denials', 1)
-  if best_t ~= nil then redis.call('ZADD', IPB .. ':ipdue', 'LT', best_t, best) end
+  if d.due ~= nil then redis.call('ZADD', IPB .. ':ipdue', 'LT', d.due, d.wait) end
+end
+
+-- The writes of the gate's decision <d> for <domain>. Returns where its head
+-- request goes now: an address (and whether it is a shared front end), ''
+-- (uncharged), '!nx' or '!refused'; nil when the domain waits, moved off
+-- base:ready (or to a later score) here.
+local function route_apply(domain, entry, d)
+  if d.go then
+    if d.offered then redis.call('HDEL', IPB .. ':ip:' .. d.go, 'offer') end
+    if d.rr then redis.call('HSET', d.dk, 'rr', d.rr) end
+    return d.go, d.shared
+  elseif d.hand then
+    if d.count then redis.call('HINCRBY', stats, d.count, 1) end
+    if d.count == 'ip_layout_errors' then
+      redis.log(redis.LOG_WARNING, 'dequeue.lua: ' .. base .. ': a request of ' .. domain ..
+                ' is not laid out as crawler/store/codec.py says (' .. string.sub(entry, 1, 16) ..
+                '...): handed out without its address turn')
+    end
+    return d.hand
+  elseif d.postpone then
+    redis.call('ZADD', ready, d.postpone, domain)
+  elseif d.lookup then
+    wait_for_lookup(domain, d)
+  else
+    wait_for_address(domain, d)
+  end
   return nil
 end
 
@@ -313,6 +442,8 @@ local function charge(id, a, shared)
   redis.call('HINCRBY', k, 'served', 1)
   if shared then redis.call('HSET', k, 'next', now + ipc.shared_delay) end
 end
+
+-- === a domain's turn ===
 
 -- excluded while queued: its requests are dropped, never fetched
 local function drop_excluded(domain, dkey)
@@ -329,6 +460,43 @@ local function drop_excluded(domain, dkey)
   return true
 end
 
+-- lease the request <entry> of <domain> to this worker, charged to <address>
+-- when it is one; returns whether it is sent (not "!nx", "!refused")
+local function lease(domain, prio, entry, address, shared)
+  taken = taken + 1
+  local id = tostring(redis.call('INCR', base .. ':seq'))
+  local rec = domain .. '\n' .. prio .. '\n' .. entry
+  redis.call('ZADD', base .. ':leases', now + lease_ms, id)
+  redis.call('HSET', base .. ':lease', id, rec)
+  out[#out + 1] = id
+  out[#out + 1] = rec
+  out[#out + 1] = address
+  local sent = string.sub(address, 1, 1) ~= '!'
+  if sent and address ~= '' then charge(id, address, shared) end
+  return sent, id
+end
+
+-- a domain's turn is over: <took> requests taken, <n> left, <tokens> in its
+-- bucket; its next place in base:ready (unless the gate moved it: <waits>)
+local function end_turn(domain, dkey, n, tokens, took, waits, rate, burst, delay)
+  if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
+  if waits then  -- the gate moved the domain: off base:ready, or to a later score
+    redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now)
+    return
+  end
+  local nxt = now
+  if rate > 0 and tokens < 1 then nxt = math.max(nxt, now + math.ceil((1 - tokens) * 1000 / rate)) end
+  if rate <= 0 then tokens = burst end
+  redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, 'next', nxt)
+  if n > 0 and not (delay > 0 and took > 0) then
+    redis.call('ZADD', ready, nxt, domain)
+  else
+    redis.call('ZREM', ready, domain)
+  end
+end
+
+-- a due domain's turn: its token bucket, its delay (a fence's hold first),
+-- and per address its address's turn
 local function serve(domain, dkey)
   local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts', 'busy')
   if st[4] then  -- parked: its request is out (never ready; kept out if put back by hand)
@@ -357,7 +525,7 @@ local function serve(domain, dkey)
     if gated then
       local head_prio, head = peek(domain)
       if head_prio == nil then n = 0; break end
-      address, shared = gate(domain, head)
+      address, shared = route_apply(domain, head, route(domain, head))
       if address == nil then waits = true; break end
     end
     local prio, entry = pop(domain)
@@ -365,16 +533,7 @@ local function serve(domain, dkey)
     n = n - 1
     tokens = tokens - 1
     took = took + 1
-    taken = taken + 1
-    local id = tostring(redis.call('INCR', base .. ':seq'))
-    local rec = domain .. '\n' .. prio .. '\n' .. entry
-    redis.call('ZADD', base .. ':leases', now + lease_ms, id)
-    redis.call('HSET', base .. ':lease', id, rec)
-    out[#out + 1] = id
-    out[#out + 1] = rec
-    out[#out + 1] = address
-    local sent = string.sub(address, 1, 1) ~= '!'  -- "!nx", "!refused": ends unsent
-    if sent and address ~= '' then charge(id, address, shared) end
+    local sent, id = lease(domain, prio, entry, address, shared)
     if delay > 0 and sent then
       redis.call('HSET', dkey, 'busy', id)  -- parked until this lease is acknowledged
       break
@@ -382,44 +541,45 @@ local function serve(domain, dkey)
     if gated and sent then break end  -- one request a turn of its address
   end
   if took == 0 and n > 0 then denials = denials + 1 end
-  if waits then  -- gate() moved the domain: off base:ready, or to a later score
-    redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now)
-    if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
-    return
-  end
-  local nxt = now
-  if rate > 0 and tokens < 1 then nxt = math.max(nxt, now + math.ceil((1 - tokens) * 1000 / rate)) end
-  if rate <= 0 then tokens = burst end
-  redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, 'next', nxt)
-  if n > 0 and not (delay > 0 and took > 0) then
-    redis.call('ZADD', ready, nxt, domain)
-  else
-    redis.call('ZREM', ready, domain)
-  end
-  if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
+  end_turn(domain, dkey, n, tokens, took, waits, rate, burst, delay)
 end
 
-local domains = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, want)
-for _, domain in ipairs(domains) do
-  if taken >= want then break end
-  attempts = attempts + 1
-  local dkey = base .. ':dom:' .. domain
-  if not drop_excluded(domain, dkey) then serve(domain, dkey) end
+-- the due domains in order of their turn, until <want> requests are taken
+local function serve_due_domains()
+  local domains = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, want)
+  for _, domain in ipairs(domains) do
+    if taken >= want then break end
+    attempts = attempts + 1
+    local dkey = base .. ':dom:' .. domain
+    if not drop_excluded(domain, dkey) then serve(domain, dkey) end
+  end
+  if taken > 0 then redis.call('HINCRBY', stats, 'dequeued', taken) end
+  if attempts > 0 then redis.call('HINCRBY', stats, 'attempts', attempts) end
+  if denials > 0 then redis.call('HINCRBY', stats, 'denials', denials) end
 end
-if taken > 0 then redis.call('HINCRBY', stats, 'dequeued', taken) end
-if attempts > 0 then redis.call('HINCRBY', stats, 'attempts', attempts) end
-if denials > 0 then redis.call('HINCRBY', stats, 'denials', denials) end
-local head = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
-if #head > 0 then out[2] = tonumber(head[2]) end
--- a delayed request joins its queue when its time comes: the caller polls then
-local function sooner(key)
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  if #first > 0 and (out[2] < 0 or tonumber(first[2]) < out[2]) then out[2] = tonumber(first[2]) end
-end
-sooner(base .. ':delayed')
+
+-- === the order of work ===
+
+if previous ~= '' then redis.call('DEL', base .. ':call:' .. previous) end  -- its reply arrived
+-- one reading of the clock for the acks and the take, so the take sees the
+-- marks as the acks placed them (1 ms late), however long this call runs
+now = now_ms()
+fenced = fencing and fence(base, now) or 0  -- first: its counter jump keeps the epoch check quiet
+if epoch_lost() then return with_epoch(new_reply()) end
+ack_all(base, acks, now)                     -- 1. acknowledge
+local kept = kept_reply()                    -- 2. replay a retried call
+if kept then return with_epoch(kept) end
+requeue_expired()                            -- 3. expired leases back to their queues
+release_delayed()                            -- 4. due delayed requests into their queues
+ipc = defaults(base)
+gated = ipc.ip_delay > 0
+out = new_reply()
+lookups = out[REPLY.lookups]
 if gated then
-  sooner(IPB .. ':ipdue')  -- an address frees: its waiter is offered it by the next call
-  sooner(base .. ':dnsq')
+  offer_free_addresses()                     -- 5. free addresses to their waiters
+  reclaim_lookups()                          -- 6. lookups never answered, claimed again
 end
-if call ~= '' and (taken > 0 or #resolve > 0) then redis.call('SET', replay_key, cmsgpack.pack(out), 'PX', 120000) end
-return epoch(out)
+serve_due_domains()                          -- 7. due domains' turns: the leases
+out[REPLY.next_due] = next_due()             -- 8. the reply: when to ask again,
+keep_reply()                                 --    kept for a retry,
+return with_epoch(out)                       --    with the epoch's fields

@@ -11,15 +11,7 @@ local base = KEYS[1]
 local now = now_ms()
 local n = 0
 for a = #ARGV, 1, -1 do  -- backwards: pushed to the front, they keep their order
-  local id = ARGV[a]
-  local rec = redis.call('HGET', base .. ':lease', id)
-  if redis.call('ZREM', base .. ':leases', id) == 1 and rec then
-    redis.call('HDEL', base .. ':lease', id)
-    unpark(base, split_record(rec), id, now, nil)  -- it may have been sent: the delay runs from now
-    ip_release(base, id, now)
-    push_record(base, rec, true, now)
-    n = n + 1
-  end
+  if requeue_lease(base, ARGV[a], now) then n = n + 1 end
 end
 if n > 0 then redis.call('HINCRBY', base .. ':stats', 'released', n) end
 return n

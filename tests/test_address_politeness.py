@@ -309,3 +309,57 @@ def test_the_host_is_read_from_either_kind_of_entry(redis_client: redis.Redis, c
     assert sorted(x.address for x in got.items) == ["192.0.2.1", "::1"]
     answer(f, {"www.a.test": ["192.0.2.10"], "b.test": ["192.0.2.11"]}, got.lookups)
     assert sorted(x.address for x in f.take(10).items) == ["192.0.2.10", "192.0.2.11"]
+
+
+def test_clearing_one_shard_leaves_the_other_shards_turns(redis_client: redis.Redis, clock: ManualClock) -> None:
+    # one Redis, two shards: one address space. Shard 1's domains wait on
+    # addresses, one behind shard 0's own request; shard 0 then closes (not
+    # persistent) and clears its frontier while shard 1 goes on
+    a, b = make(redis_client, clock, 0), make(redis_client, clock, 1)
+    a.add([item("http://a.test/", "a.test"), item("http://a2.test/", "a2.test")])
+    b.add([item(f"http://{d}.test/", f"{d}.test") for d in ("b1", "b2", "b3")])
+    answer(a, {"a.test": ["127.1.0.4"], "a2.test": ["127.1.0.4"]}, a.take(10).lookups)
+    assert [x.address for x in a.take(10).items] == ["127.1.0.4"]  # never answered; the other waits
+    answer(b, {"b1.test": ["127.1.0.3"], "b2.test": ["127.1.0.3"], "b3.test": ["127.1.0.4"]}, b.take(10).lookups)
+    first = b.take(10).items
+    assert [x.domain for x in first] in (["b1.test"], ["b2.test"])  # the other waits, and b3.test too
+    a.clear()
+    assert not redis_client.keys(f"{a.keys.base}:*")  # shard 0's keys are gone, its waiting domain too:
+    assert redis_client.zrange(f"{a.address_base}:ipwait:127.1.0.4", 0, -1) == [f"{b.keys.base}\nb3.test".encode()]
+    assert int(redis_client.hget(f"{a.address_base}:stats", "ip_waiting")) == 2  # b3 and b1 or b2
+    b.take(0, [Ack(first[0].lease, clock.monotonic())])
+    served = [x.domain for x in first]
+    for _ in range(5):
+        clock.advance(1.001)
+        served += [x.domain for x in b.take(10).items]
+    assert sorted(served) == ["b1.test", "b2.test", "b3.test"]  # shard 1's parked domains all went
+    assert b.pending() == 2 and b.queued() == 0  # two leased, none left stranded in a queue
+
+
+def test_the_last_shard_to_clear_takes_the_address_space(redis_client: redis.Redis, clock: ManualClock) -> None:
+    a, b = make(redis_client, clock, 0), make(redis_client, clock, 1)
+    for f in (a, b):
+        f.add([item(f"http://s{f.keys.shard}.test/", f"s{f.keys.shard}.test")])
+        answer(f, {f"s{f.keys.shard}.test": ["127.1.0.5"]}, f.take(10).lookups)
+        f.take(10)
+    a.clear()
+    assert redis_client.keys(f"{a.address_base}:*")  # shard 1 goes on with it
+    b.clear()
+    assert redis_client.keys("crawler:{t:*") == []
+
+
+def test_a_lease_given_back_without_its_record_frees_its_address(redis_client: redis.Redis,
+                                                                 clock: ManualClock) -> None:
+    # release.lua and an expiry give a lease up the same way (_lib.lua's
+    # requeue_lease): the address is freed even when the lease's record is
+    # missing (a damaged frontier), else it stays busy for good
+    f = make(redis_client, clock, ip_delay=1.0)
+    f.add([item("http://a.test/", "a.test"), item("http://b.test/", "b.test")])
+    answer(f, {"a.test": ["127.1.0.6"], "b.test": ["127.1.0.6"]}, f.take(10).lookups)
+    taken = f.take(10).items
+    assert len(taken) == 1
+    redis_client.hdel(f.keys.lease, taken[0].lease)
+    assert f.release([taken[0].lease]) == 0  # nothing to give back
+    assert int(redis_client.hget(f.address_base + ":ip:127.1.0.6", "out")) == 0
+    clock.advance(1.001)
+    assert len(f.take(10).items) == 1  # the other domain's turn comes

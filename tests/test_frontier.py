@@ -230,6 +230,31 @@ def test_a_retried_dequeue_returns_the_same_leases(redis_client: redis.Redis) ->
     assert redis_client.keys(f"{f.keys.base}:call:*") == [f"{f.keys.base}:call:c2".encode()]
 
 
+def test_a_kept_reply_outlives_a_cut_longer_than_two_minutes(redis_client: redis.Redis, clock: ManualClock) -> None:
+    # leases of 5 minutes; the worker's reply is lost and its retry comes
+    # 121 s later (a Redis outage): its leases are still held, and so is the
+    # reply that names them, else the retry takes others and the first are
+    # held by nobody until they expire
+    f = make(redis_client, lease_seconds=300, clock=clock)
+    f.add([item(f"u{i}", f"d{i}.test") for i in range(4)])
+    first = f.take(2, call="c1")
+    kept = f"{f.keys.base}:call:c1"
+    ttl = redis_client.pttl(kept)
+    assert 300_000 < ttl <= 301_000  # as long as its leases, and a second
+    clock.advance(121)  # the frontier's clock moves; the kept reply's expiry runs on Redis's own:
+    redis_client.pexpire(kept, ttl - 121_000)  # moved by as much
+    again = f.take(2, call="c1")
+    assert [x.lease for x in again.items] == [x.lease for x in first.items] and len(first.items) == 2
+    assert redis_client.zcard(f.keys.leases) == 2
+
+
+def test_a_reply_is_not_kept_past_its_leases(redis_client: redis.Redis) -> None:
+    f = make(redis_client, lease_seconds=2)
+    f.add([item("u0")])
+    f.take(1, call="c1")
+    assert 2_000 < redis_client.pttl(f"{f.keys.base}:call:c1") <= 3_000  # a retry then finds its leases expired
+
+
 def test_expired_leases_go_back_to_the_front(redis_client: redis.Redis, clock: ManualClock) -> None:
     f = make(redis_client, lease_seconds=0.3, clock=clock)
     f.add([item("first"), item("second")])

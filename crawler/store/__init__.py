@@ -1,8 +1,9 @@
 """The frontier in Redis, without Scrapy's engine: its keys and Lua scripts
-(``keys``), the queues (``frontier``), the epoch check (``epoch``), the
-ledger of ends (``ledger``), the stores beside the queues (``stores``:
-domain locks, robots.txt records, dead letters) and the entries' encoding
-(``codec``). The worker session (``crawler.worker``) runs a crawl on it;
+(``keys``), the queues (``frontier``: the crawl's calls; ``records``: what
+they take and return; ``views``: the operators' calls, status, clearing),
+the epoch check (``epoch``), the ledger of ends (``ledger``), the stores
+beside the queues (``stores``: domain locks, robots.txt records, dead
+letters) and the entries' encoding (``codec``). The worker session (``crawler.worker``) runs a crawl on it;
 the commands that work on a frontier without a crawl (``scrapy frontier``,
 ``scrapy dlq``) use it directly. Everything public is named here.
 """
@@ -20,6 +21,7 @@ from crawler.store.frontier import (
     Leased,
     Lookup,
     Politeness,
+    Reply,
     TakeResult,
     bloom_error_rate,
     stored_dedup,
@@ -43,5 +45,5 @@ from crawler.store.stores import DeadLetter, DeadLetters, DomainLocks, RobotsSto
 __all__ = ["DEAD", "DEDUP_MODES", "DISALLOWED", "END_STATES", "ENDS", "LOST", "REDIRECTED", "REPLACED",
            "REWOUND", "SKIPPED", "STORED", "UNKNOWN", "VANISHED", "Acknowledgement", "AddResult", "AddressPoliteness",
            "DeadLetter", "DeadLetters", "Dedup", "DomainLocks", "Epoch", "Frontier", "FrontierConfigError",
-           "FrontierLost", "Item", "Keys", "Leased", "Ledger", "Lookup", "LuaScript", "Politeness", "RobotsStore",
-           "Scripts", "TakeResult", "bloom_error_rate", "describe", "stored_dedup"]
+           "FrontierLost", "Item", "Keys", "Leased", "Ledger", "Lookup", "LuaScript", "Politeness", "Reply",
+           "RobotsStore", "Scripts", "TakeResult", "bloom_error_rate", "describe", "stored_dedup"]

@@ -3,6 +3,14 @@
 Two kinds of entries: ``U<depth> <url>`` for links added in bulk (they become
 plain GET requests to the spider's ``parse`` when dequeued), and ``R`` +
 msgpack of ``Request.to_dict()`` for any other request (callbacks by name).
+
+The layout the frontier's scripts rely on: per-address politeness
+(``lua/dequeue.lua``'s ``host_of``) reads the host of a queued entry without
+unpacking it, from ``U<depth> <url>``, or from an ``R`` entry whose msgpack
+map (fixmap, map16 or map32) has ``url`` as its first key and the URL as a
+str (fixstr, str8, str16 or str32). :func:`encode` keeps ``url`` first; an
+entry laid out otherwise is counted (``ip_layout_errors``) and handed out
+without its address's turn. ``tests/test_codec.py`` holds both sides to it.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ def encode(request: Request, spider: Spider) -> bytes:
     (a callback that is not a spider method; meta holding a value msgpack
     cannot carry, the message naming its key)."""
     data = request.to_dict(spider=spider)
+    if next(iter(data)) != "url":  # the scripts read the host there (above)
+        data = {"url": data["url"], **data}
     meta = data.get("meta")
     if meta and (LEASE in meta or ADDRESS in meta):  # this lease's, never the next one's
         data["meta"] = meta = {k: v for k, v in meta.items() if k != LEASE and k != ADDRESS}

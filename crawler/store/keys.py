@@ -204,6 +204,11 @@ class Keys:
         """A SCAN pattern matching every key of the spider's address space."""
         return _GLOB.sub(r"\\\1", self.addresses) + ":*"
 
+    def waiting_pattern(self) -> str:
+        """A SCAN pattern matching the address space's queues of domains
+        waiting on an address (``:ipwait:<a>``)."""
+        return _GLOB.sub(r"\\\1", self.addresses) + ":ipwait:*"
+
     def shards_pattern(self) -> str:
         """A SCAN pattern matching the meta key of every shard of this spider."""
         prefix, spider = _GLOB.sub(r"\\\1", self.prefix), _GLOB.sub(r"\\\1", self.spider)
@@ -300,7 +305,7 @@ def supports_flags(client: redis.Redis) -> bool:
 
 class Scripts:
     NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock",
-             "drain_inbox", "robots_get", "robots_done", "dns_done")
+             "drain_inbox", "robots_get", "robots_done", "dns_done", "clear")
 
     def __init__(self, client: redis.Redis, clock_key: str | None = None) -> None:
         flags = supports_flags(client)
@@ -319,3 +324,4 @@ class Scripts:
     robots_get: LuaScript
     robots_done: LuaScript
     dns_done: LuaScript
+    clear: LuaScript

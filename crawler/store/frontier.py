@@ -250,7 +250,7 @@ class Frontier(FrontierViews):
 
     def receive(self, records: Sequence[bytes]) -> None:
         """Forwarded requests from another shard, into this frontier's inbox
-        (``crawler/worker/_writes.py`` makes the records, ``drain_inbox.lua`` reads them)."""
+        (``crawler/worker/_shards.py`` makes the records, ``drain_inbox.lua`` reads them)."""
         self.client.rpush(self.keys.inbox, *records)
 
     def release(self, leases: Iterable[str]) -> int:

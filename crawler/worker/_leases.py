@@ -265,7 +265,7 @@ class Leases:
         self._look_soon()
 
     def _look_soon(self) -> None:
-        if self.awaiting_storage() and not (self._look is not None and self._look.active()):
+        if any(lease.storing for lease in self._lent.values()) and not (self._look is not None and self._look.active()):
             self._look = self.clock.timers.callLater(self.look_every, self.end_stored)
 
     def sweep(self, busy: set[int]) -> int:

@@ -104,7 +104,7 @@ def main() -> None:
         need = budget_for(rates, uniform) / budget
         print(f"{per_page:15.2f}  {uniform:7.3f}  {proportional:12.3f}  {best:7.3f}  "
               f"{uniform / best:15.1%}  {need:.0%}")
-    # the same with the interval clamped to [1 h, 30 d] (CRAWLER_RECRAWL_MIN/MAX)
+    # the same with the interval clamped to [1 h, 30 d] (the minimum and maximum interval issue 49 names)
     budget = 0.5 * pages
     clamped = mean_freshness(rates, optimum(rates, budget, low=1 / 24, high=30))
     print(f"optimum at 0.5 visits/page/day with intervals within [1 h, 30 d]: {clamped:.3f}")

@@ -8,12 +8,16 @@ demo:
 # the suite on requirements.txt (the upper end of pyproject.toml's ranges; it
 # builds the sdist and wheel and runs twine check: tests/test_packaging.py),
 # after part of it on requirements-min.txt (the lower end: scripts/lower-bounds),
-# after the docs site built with warnings as errors (an undocumented setting fails)
+# after the docs site built with warnings as errors (an undocumented setting fails).
+# Four workers on any machine: the tests mostly wait on their servers and
+# subprocess crawls, so two workers leave two cores half idle
+# (docs/development.md); the ten slowest tests are listed at the end, so a
+# test that grows shows.
 test:
 	@sh scripts/bootstrap dev
 	@$(MAKE) --no-print-directory docs-build
 	@sh scripts/lower-bounds
-	@.venv/bin/python -m pytest -n 2; rc=$$?; \
+	@.venv/bin/python -m pytest -n 4 --durations=10; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
 

@@ -57,6 +57,8 @@ def test_install_line_then_scrapy_redis_examples_on_the_addon(redis_url: str, ma
     install = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-compile", "-q", str(ROOT)],
                              capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr[-3000:]
+    # the environment of a user's shell: no PYTHONPATH into this checkout, no SCRAPY_SETTINGS_MODULE
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SCRAPY_", "PYTHON"))}
     # what installs is the runtime: no test web, no demo, no `*.test` host map, no
     # test-only package (trustme, warcio: the `test` extra); the crawls below run without them
     probe = subprocess.run(
@@ -64,7 +66,7 @@ def test_install_line_then_scrapy_redis_examples_on_the_addon(redis_url: str, ma
          "import importlib.util as u, crawler.settings as s; "
          "print(u.find_spec('devkit'), u.find_spec('crawler.testweb'), hasattr(s, 'CRAWLER_HOST_MAP'), "
          "u.find_spec('trustme'), u.find_spec('warcio'))"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert probe.stdout.split() == ["None", "None", "False", "None", "None"], probe.stdout + probe.stderr
     scrapy = str(venv / "bin" / "scrapy")
     subprocess.run([scrapy, "startproject", "example"], cwd=tmp_path, check=True, capture_output=True, timeout=60)
@@ -76,11 +78,13 @@ def test_install_line_then_scrapy_redis_examples_on_the_addon(redis_url: str, ma
     web = make_web(domains=3, pages=12, links=5, size_fixed=3000, private_share=0, cross_share=0.3,
                    crawl_delay_share=0)
     client = redis.Redis.from_url(redis_url)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SCRAPY_", "PYTHON"))}
     env.update(REDIS_URL=redis_url, CRAWLER_CONTACT="ops@example.org")  # REDIS_URL only in the environment
 
     def crawl(spider: str, processes: int) -> list[str]:
-        procs = [subprocess.Popen([scrapy, "crawl", spider, "-s", "MAX_IDLE_TIME_BEFORE_CLOSE=2"], cwd=project,
+        # startproject's DOWNLOAD_DELAY = 1 made twelve pages a domain take 12 s; what a delay means
+        # across processes is tests/test_dropin.py's
+        procs = [subprocess.Popen([scrapy, "crawl", spider, "-s", "MAX_IDLE_TIME_BEFORE_CLOSE=2",
+                                   "-s", "DOWNLOAD_DELAY=0.2"], cwd=project,
                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(processes)]
         errs = []

@@ -52,7 +52,10 @@ def test_addon_in_a_new_project_with_two_processes(redis_url: str, make_web, tmp
     web = make_web(domains=3, pages=15, **QUIET)
     starts = ",".join(web.url(d) for d in range(3))
     env = scrapy_env(redis_url, settings=None)  # the new project's own settings
-    procs = [subprocess.Popen([sys.executable, "-m", "scrapy", "crawl", "site", "-a", f"start={starts}"],
+    # startproject's DOWNLOAD_DELAY = 1 made fifteen pages a domain take 15 s; what a delay means across
+    # processes is tests/test_dropin.py's
+    procs = [subprocess.Popen([sys.executable, "-m", "scrapy", "crawl", "site", "-a", f"start={starts}",
+                               "-s", "DOWNLOAD_DELAY=0.2"],
                               cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     errs = [p.communicate(timeout=120)[1] for p in procs]

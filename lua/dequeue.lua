@@ -111,15 +111,28 @@ local function epoch_lost()
   return epoch_id ~= expect_epoch or seq < expect_seq
 end
 
--- the reply kept for a retry of this call, if it was made already
+-- the reply kept for a retry of this call, if it was made already, less
+-- the leases no longer held or past their time: one another call may have
+-- requeued (or is about to requeue) is not handed out a second time
 local function kept_reply()
   if call == '' then return nil end
   local done = redis.call('GET', replay_key)
-  return done and cmsgpack.unpack(done)
+  if not done then return nil end
+  local r = cmsgpack.unpack(done)
+  local held = {}
+  for i = 1, REPLY.leases - 1 do held[i] = r[i] end
+  for i = REPLY.leases, #r, 3 do
+    local deadline = tonumber(redis.call('ZSCORE', base .. ':leases', r[i]))
+    if deadline and deadline > now then
+      held[#held + 1], held[#held + 2], held[#held + 3] = r[i], r[i + 1], r[i + 2]
+    end
+  end
+  return held
 end
 
 -- kept as long as its leases are held (and a margin): a worker cut off
--- for less than a lease still gets its leases when it retries
+-- for less than a lease still gets its leases when it retries, the ones
+-- still its own (kept_reply)
 local function keep_reply()
   if call ~= '' and (taken > 0 or #lookups > 0) then
     redis.call('SET', replay_key, cmsgpack.pack(out), 'PX', lease_ms + REPLAY_MARGIN_MS)

@@ -255,6 +255,23 @@ def test_a_reply_is_not_kept_past_its_leases(redis_client: redis.Redis) -> None:
     assert 2_000 < redis_client.pttl(f"{f.keys.base}:call:c1") <= 3_000  # a retry then finds its leases expired
 
 
+def test_a_retry_after_its_leases_ran_out_hands_out_none_of_them(redis_client: redis.Redis,
+                                                                 clock: ManualClock) -> None:
+    # the kept reply is still there (Redis's own clock), but its leases ran out
+    # on the frontier's clock: another worker's dequeue requeues and leases them
+    # again, so a late retry must not hand them out a second time
+    f = make(redis_client, lease_seconds=2, politeness=Politeness(delay=0), clock=clock)
+    f.add([item("u0", "d0.test"), item("u1", "d1.test")])
+    first = f.take(2, call="c1")
+    clock.advance(1)
+    assert [x.lease for x in f.take(2, call="c1").items] == [x.lease for x in first.items]  # still its own
+    clock.advance(1)
+    other = f.take(2, call="c2")  # another worker: the expired leases go back and out to it
+    assert sorted(x.entry for x in other.items) == [b"u0", b"u1"]
+    late = f.take(2, call="c1")
+    assert late.items == [] and redis_client.zcard(f.keys.leases) == 2
+
+
 def test_expired_leases_go_back_to_the_front(redis_client: redis.Redis, clock: ManualClock) -> None:
     f = make(redis_client, lease_seconds=0.3, clock=clock)
     f.add([item("first"), item("second")])

@@ -112,6 +112,33 @@ def test_a_retry_refused_for_want_of_memory_stays_leased_and_comes_back(tiny_red
     assert ledger.balanced and ledger.queued == 1 and ledger.leased == 0, ledger
 
 
+def test_a_retry_refused_for_want_of_memory_at_close_is_handed_back(tiny_redis: RedisServer) -> None:
+    # the retry is still in the write buffer when the crawl closes: close's own
+    # flush is refused for want of memory, and the lease it kept then must be
+    # among those handed back (the list of them was made before the flush)
+    clock = ManualClock()
+    scheduler = open_on(tiny_redis.url, clock, CRAWLER_ACK_INTERVAL=10, CRAWLER_FLUSH_INTERVAL=10,
+                        SCHEDULER_PERSIST=True)
+    client = tiny_redis.client()
+    session = scheduler.session
+    store = session.store
+    assert store is not None
+    session.offer(["http://a.test/"], canonical=True)
+    session.flush()
+    request = scheduler.next_request()
+    assert request is not None
+    retry = request.replace(dont_filter=True)
+    retry.meta[DELAY] = 5.0
+    assert scheduler.enqueue_request(retry)  # buffered: nothing sent yet
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", 1)
+    scheduler.close("finished")
+    assert scheduler.crawler.stats.get_value("crawler/frontier/oom_retries_kept") == 1
+    client.config_set("maxmemory", 0)
+    ledger = Ledger.from_status(store.status())
+    assert ledger.balanced and ledger.queued == 1 and ledger.leased == 0, ledger
+
+
 def test_the_published_session_is_cleared_at_close(redis_url: str, clock: ManualClock) -> None:
     from crawler.worker import session_of
 

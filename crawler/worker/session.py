@@ -210,9 +210,10 @@ class WorkerSession(Services):
             self._leases.storage.flush()
             self._leases.end_stored()
             self._leases.cancel()
-        unfinished = [leased.lease for leased in self._intake.buffer] + self._leases.unfinished() + self._writes.kept
         try:
             self._send_acks_alone()  # finished pages: acknowledged before the process goes
+            # after it: a retry Redis refused just now for want of memory is kept, and given back too
+            unfinished = self._unfinished()
             given_back = self.store.release(unfinished)
         except FrontierLost as exc:  # lost since the last look: said, and nothing more is written
             self._loss.lost(exc, closing=True)
@@ -221,8 +222,10 @@ class WorkerSession(Services):
             # unacknowledged pages come back when their leases expire, and
             # their links with them (stored first): they are fetched again
             logger.warning("Redis unreachable at close (%s): %d leased requests will come back "
-                           "when their leases expire", _reason(exc), len(unfinished))
+                           "when their leases expire", _reason(exc), len(self._unfinished()))
             return
+        finally:
+            self._writes.cancel()  # what is left unsent arms no timer on a closed session
         if given_back:
             logger.info("Handed %d unfinished requests back to the frontier", given_back)
         self.ledger()
@@ -231,6 +234,11 @@ class WorkerSession(Services):
         self._writes.kept.clear()
         if not self.config.persist:
             self.store.clear()
+
+    def _unfinished(self) -> list[str]:
+        """The leases this worker holds and did not end: waiting for the
+        engine, lent, or kept after Redis refused their retry."""
+        return [leased.lease for leased in self._intake.buffer] + self._leases.unfinished() + self._writes.kept
 
     def _stop_timers(self) -> None:
         """No more ticks, polls, wake-ups, looks at storage or name lookups."""

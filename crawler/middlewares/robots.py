@@ -239,13 +239,16 @@ class SharedRobotsMiddleware:
             elif future.exception() is not None:
                 future.exception()  # retrieved: no "never retrieved" warning
 
-    def _session(self) -> WorkerSession:
-        session = session_of(self.crawler)
-        assert session is not None
-        return session
+    def _session(self) -> WorkerSession | None:
+        """The worker session; None once the scheduler has closed (a shutdown
+        with requests in flight): nothing more is written for them."""
+        return session_of(self.crawler)
 
     async def _shared(self, origin: str) -> Rules | Wait:
-        store = self._session().robots
+        session = self._session()
+        if session is None:
+            raise IgnoreRequest("the crawl closed while its robots.txt was read")
+        store = session.robots
         deadline = self.clock.monotonic() + _FETCH_LOCK_MS / 1000
         token = uuid.uuid4().hex
         while True:
@@ -400,7 +403,8 @@ class SharedRobotsMiddleware:
         hop_domain = domain_of(url)
         if hop_domain != domain_of(origin + "/"):
             session = self._session()
-            session.push_domain(url, session.domain_delay)
+            if session is not None:
+                session.push_domain(url, session.domain_delay)
 
     async def _remember(self, origin: str, record: dict[str, Any], ttl: float) -> Rules:
         body = record.get("body", "")
@@ -447,6 +451,8 @@ class SharedRobotsMiddleware:
             return
         capped = min(delay, self.max_delay)
         session = self._session()
+        if session is None:
+            return
         domain = domain_of(origin + "/")
         session.set_robots_delay(domain, capped)
         # the request that asked for robots.txt is about to go: the next one waits

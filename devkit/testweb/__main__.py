@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from devkit.testweb.changes import ScheduleClock
 from devkit.testweb.config import WebConfig, layout_addresses
 from devkit.testweb.server import Counters, RequestLog, listen, serve
 from devkit.testweb.site import Site
@@ -82,8 +83,9 @@ async def _main(args: argparse.Namespace) -> None:
         hosts += [address for address in layout_addresses(config) if address != args.host]
     port, sockets = listen(hosts, args.port)
     plain_port, plain_sockets = listen(hosts) if config.tls and config.also_plain else (None, [])
-    site = Site(config, port, plain_port)
     log = RequestLog(args.log)
+    # the pages' schedules run on the log's clock, so the log's times place them
+    site = Site(config, port, plain_port, ScheduleClock(lambda: log.now() / 1000, config.clock == "manual"))
     counters = Counters()
     context, ready = None, f"READY port={port}"
     if config.tls:

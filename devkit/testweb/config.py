@@ -9,6 +9,8 @@ import random
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from devkit.testweb.changes import CLOCKS, LIES, VALIDATORS
+
 #: faults a page can answer with instead of its content
 PAGE_FAULTS = ("404", "410", "429", "500", "503", "slow", "drop", "redirect", "big", "pdf")
 #: robots.txt faults a domain can have: statuses, garbage, redirect chains
@@ -97,6 +99,27 @@ class WebConfig:
     # 127.1.0.1, d1000 on 127.1.0.2, d1001 on 127.1.0.3); the sum must be
     # `domains`, and `addresses` 0 or its length
     address_counts: list[int] | None = None
+    # pages that change on known schedules (devkit/testweb/changes.py), all
+    # off by default: this share of the pages changes, each with a mean time
+    # between changes log-uniform in [change_mean_min_s, change_mean_max_s],
+    # its changes a Poisson process drawn from `seed`; the page shows its
+    # version in its text
+    change_share: float = 0.0
+    change_mean_min_s: float = 10.0
+    change_mean_max_s: float = 10_000.0
+    # validator kind -> share of domains whose pages carry it and answer
+    # conditional requests (etag, weak_etag, last_modified, both, none; the
+    # rest: none, no 304, as before)
+    validators: dict[str, float] = field(default_factory=dict)
+    # lie -> share of domains whose host lies about its validators
+    # (ignore_conditionals, lm_now, lm_frozen, etag_frozen)
+    lies: dict[str, float] = field(default_factory=dict)
+    # pages with a token that changes on every request in a <script> and a
+    # data- attribute, their visible text unchanged
+    noisy_share: float = 0.0
+    # the schedules' clock: "system" (seconds since the server started) or
+    # "manual" (moved only through GET /__testweb__/clock?advance=S, from 0)
+    clock: str = "system"
 
     def __post_init__(self) -> None:
         errors = []
@@ -105,7 +128,7 @@ class WebConfig:
         if not 0 < self.size_median <= self.size_mean:
             errors.append("need 0 < size_median <= size_mean")
         for name in ("cross_share", "dup_share", "private_share", "trap_share", "crawl_delay_share",
-                     "meta_nofollow_share", "header_nofollow_share"):
+                     "meta_nofollow_share", "header_nofollow_share", "change_share", "noisy_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 errors.append(f"{name} must be within 0..1")
         for kind in self.faults:
@@ -136,6 +159,17 @@ class WebConfig:
                 errors.append(f"address_counts must have 1..{MAX_ADDRESSES} entries")
         elif not 0 <= self.addresses <= min(self.domains, MAX_ADDRESSES):
             errors.append(f"addresses must be within 0..min(domains, {MAX_ADDRESSES})")
+        for name, known in (("validators", VALIDATORS), ("lies", LIES)):
+            shares = getattr(self, name)
+            for kind in shares:
+                if kind not in known:
+                    errors.append(f"unknown {name} kind {kind!r} (known: {', '.join(known)})")
+            if sum(shares.values()) > 1:
+                errors.append(f"{name} shares add up to more than 1")
+        if not 0 < self.change_mean_min_s <= self.change_mean_max_s:
+            errors.append("need 0 < change_mean_min_s <= change_mean_max_s")
+        if self.clock not in CLOCKS:
+            errors.append(f"clock must be one of {', '.join(CLOCKS)}")
         if not self.address_skew > 0:
             errors.append("address_skew must be > 0")
         if errors:

@@ -28,6 +28,14 @@ class LogEntry(NamedTuple):
     done: float = 0.0  # just before the last bytes of its answer were written (0: not yet)
     address: str = ""  # the test web's address the request came to (its end of the connection)
     hung: float = 0.0  # when the client hung up before the end of the answer (0: it did not)
+    # a page's answer (devkit/testweb/changes.py): the version its body showed
+    # (None: a 304, or not a page), the page's version when answered (what a
+    # 304 stood for), the conditionals received ("n", "m", "nm", "-") and the
+    # schedule clock's time of the answer (s)
+    version: int | None = None
+    current: int | None = None
+    conditionals: str = "-"
+    at: float | None = None
 
     @property
     def domain(self) -> str:
@@ -231,9 +239,23 @@ class TestWebProcess:
         entries = []
         for line in text.splitlines():
             ms, host, target, status, done, *rest = line.split("\t")
-            address, hung = (rest + ["", "0"])[:2]
-            entries.append(LogEntry(float(ms), host, target, int(status), float(done), address, float(hung)))
+            address, hung, version, current, conditionals, at = (rest + ["", "0", "-", "-", "-", "-"])[:6]
+            entries.append(LogEntry(float(ms), host, target, int(status), float(done), address, float(hung),
+                                    _number(version, int), _number(current, int), conditionals,
+                                    _number(at, float)))
         return entries
+
+    def clock(self, advance: float | None = None, set_to: float | None = None) -> dict[str, Any]:
+        """The schedule clock of the changing pages (``now``, its ``origin``
+        in epoch s, ``manual``), after moving a manual one by ``advance``
+        seconds or to ``set_to``."""
+        query = urllib.parse.urlencode({key: value for key, value in (("advance", advance), ("set", set_to))
+                                        if value is not None})
+        try:
+            with self._open(f"{self.base}/__testweb__/clock?{query}", 30) as resp:
+                return dict(json.loads(resp.read()))
+        except urllib.error.HTTPError as err:
+            raise ValueError(err.read().decode().strip()) from None
 
     def outage(self, share: float, seconds: float, mode: str = "503", seed: int = 0) -> list[str]:
         """Take ``share`` of the domains down for ``seconds`` from now: their
@@ -252,6 +274,10 @@ class TestWebProcess:
         """Connections, TLS handshakes, resumed handshakes and requests so far."""
         with self._open(f"{self.base}/__testweb__/stats", 30) as resp:
             return json.loads(resp.read())
+
+
+def _number(text: str, kind: type) -> Any:
+    return None if text == "-" else kind(text)
 
 
 class _PinnedHTTPSConnection(http.client.HTTPSConnection):

@@ -10,10 +10,18 @@ gave). Both are read on the
 monotonic clock, set to the epoch once when the log opens: the interval
 between two of them is time the site lived, whatever the system's wall clock
 does meanwhile (a step of it between two stamps would be measured as part
-of the interval, by the politeness audits among others).
+of the interval, by the politeness audits among others). Four columns
+follow for the changing pages (devkit/testweb/changes.py): the version a
+page's body showed (``-``: a 304, or not a page), the page's version when it
+was answered (what a 304 stood for; ``-``: not a page), the conditional
+headers received (``n`` If-None-Match, ``m`` If-Modified-Since, ``nm``
+both, ``-`` neither) and the schedule clock's time of the answer (s; ``-``:
+not a page).
 ``GET /__testweb__/log?since=N`` returns the log from line N on;
 ``GET /__testweb__/stats`` counts connections, TLS handshakes and the
-handshakes that resumed a session. ``GET
+handshakes that resumed a session. ``GET /__testweb__/clock`` shows the
+schedule clock (``now``, its ``origin`` in epoch s, ``manual``);
+``?advance=S`` or ``?set=T`` moves a manual one. ``GET
 /__testweb__/outage?share=0.1&seconds=120&mode=503|timeout&seed=N`` takes a
 share of the domains down for a while (``Site.start_outage``): their pages
 and robots.txt answer 503, or (``timeout``) nothing, the connection held
@@ -42,7 +50,7 @@ from pathlib import Path
 from devkit.testweb.site import Reply, Site
 
 _REASONS = {
-    200: b"OK", 301: b"Moved Permanently", 302: b"Found", 400: b"Bad Request",
+    200: b"OK", 301: b"Moved Permanently", 302: b"Found", 304: b"Not Modified", 400: b"Bad Request",
     404: b"Not Found", 410: b"Gone", 429: b"Too Many Requests",
     500: b"Internal Server Error", 503: b"Service Unavailable",
 }
@@ -58,7 +66,8 @@ class RequestLog:
     epoch ms on the monotonic clock, written to the microsecond."""
 
     def __init__(self, path: Path | None = None) -> None:
-        self.entries: list[list] = []  # [arrived ms, host, target, status, done ms, address]
+        # [arrived ms, host, target, status, done ms, address, hung ms, version, current, conditionals, at]
+        self.entries: list[list] = []
         self._flushed = 0
         self._file = open(path, "a", buffering=1 << 16) if path else None
         self._epoch = _epoch_offset()
@@ -67,12 +76,16 @@ class RequestLog:
         """Epoch ms on the monotonic clock (see the module's docstring)."""
         return (self._epoch + time.monotonic()) * 1000
 
-    def add(self, host: str, target: str, status: int, arrived: float | None = None, address: str = "") -> list:
+    def add(self, host: str, target: str, status: int, arrived: float | None = None, address: str = "",
+            reply: Reply | None = None, conditionals: str = "-") -> list:
         """A request read at ``arrived`` (``now()``; default: now) on a
-        connection to ``address`` (the server's end)."""
+        connection to ``address`` (the server's end), answered with
+        ``reply`` (its version columns), with ``conditionals`` received."""
         if arrived is None:
             arrived = self.now()
-        entry = [arrived, host, target, status, arrived if status == 0 else 0.0, address, 0.0]
+        entry = [arrived, host, target, status, arrived if status == 0 else 0.0, address, 0.0,
+                 _or_dash(getattr(reply, "version", None)), _or_dash(getattr(reply, "current", None)),
+                 conditionals, _or_dash(getattr(reply, "at", None))]
         self.entries.append(entry)
         return entry
 
@@ -83,7 +96,8 @@ class RequestLog:
         entry[6] = self.now()
 
     def text(self, since: int = 0) -> str:
-        return "".join(f"{e[0]:.3f}\t{e[1]}\t{e[2]}\t{e[3]}\t{e[4]:.3f}\t{e[5]}\t{e[6]:.3f}\n" for e in self.entries[since:])
+        return "".join(f"{e[0]:.3f}\t{e[1]}\t{e[2]}\t{e[3]}\t{e[4]:.3f}\t{e[5]}\t{e[6]:.3f}"
+                       f"\t{e[7]}\t{e[8]}\t{e[9]}\t{e[10]}\n" for e in self.entries[since:])
 
     def flush(self) -> None:
         if self._file is not None and self._flushed < len(self.entries):
@@ -96,6 +110,12 @@ class RequestLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _or_dash(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _epoch_offset() -> float:
@@ -174,6 +194,8 @@ class HTTPProtocol(asyncio.Protocol):
             lines = bytes(self.buffer[:end]).decode("latin-1").split("\r\n")
             request_line = lines[0].split(" ")
             host, connection, body_length = "", "", 0
+            if_none_match: str | None = None
+            if_modified_since: str | None = None
             for line in lines[1:]:
                 name, _, value = line.partition(":")
                 name = name.strip().lower()
@@ -183,6 +205,10 @@ class HTTPProtocol(asyncio.Protocol):
                     connection = value.strip().lower()
                 elif name == "content-length" and value.strip().isdigit():
                     body_length = int(value.strip())
+                elif name == "if-none-match":
+                    if_none_match = value.strip()
+                elif name == "if-modified-since":
+                    if_modified_since = value.strip()
             if len(self.buffer) < end + 4 + body_length:
                 return  # the body has not all arrived
             # read now: stamped before the answer is made, which takes time
@@ -197,8 +223,10 @@ class HTTPProtocol(asyncio.Protocol):
             if target.startswith(_CONTROL):
                 self._reply(self._control(target), keep_alive, head_only)
                 continue
-            reply = self.site.answer(host, target, self.secure)
-            reply.entry = self.current = self.log.add(host, target, reply.status, arrived, self.address)
+            reply = self.site.answer(host, target, self.secure, (if_none_match, if_modified_since))
+            received = ("n" if if_none_match is not None else "") + ("m" if if_modified_since is not None else "")
+            reply.entry = self.current = self.log.add(host, target, reply.status, arrived, self.address,
+                                                      reply, received or "-")
             self.counters.requests += 1
             if reply.drop:
                 self.log.done(reply.entry)  # the drop is its answer: stamped before it, as answers are
@@ -239,11 +267,12 @@ class HTTPProtocol(asyncio.Protocol):
 
     def _reply(self, reply: Reply, keep_alive: bool, head_only: bool) -> None:
         assert self.transport is not None
-        head = [
-            b"HTTP/1.1 %d %s\r\n" % (reply.status, _REASONS.get(reply.status, b"Status")),
-            b"Server: crawler-testweb\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
-            % (reply.content_type, reply.length),
-        ]
+        status = b"HTTP/1.1 %d %s\r\n" % (reply.status, _REASONS.get(reply.status, b"Status"))
+        if reply.status == 304:  # no content, so no Content-Length/Type (RFC 9110 8.6, 15.4.5)
+            head = [status, b"Server: crawler-testweb\r\n"]
+        else:
+            head = [status, b"Server: crawler-testweb\r\nContent-Type: %s\r\nContent-Length: %d\r\n"
+                    % (reply.content_type, reply.length)]
         head.extend(b"%s: %s\r\n" % pair for pair in reply.headers)
         head.append(b"Connection: keep-alive\r\n\r\n" if keep_alive else b"Connection: close\r\n\r\n")
         self.transport.write(b"".join(head))
@@ -295,10 +324,26 @@ class HTTPProtocol(asyncio.Protocol):
             return Reply(200, [self.counters.to_json()], content_type=b"application/json")
         if path == _CONTROL + "outage":
             return self._outage(query)
+        if path == _CONTROL + "clock":
+            return self._clock(query)
         if path == _CONTROL + "config":
             return Reply(200, [self.site.config.to_json().encode()], content_type=b"application/json")
         return Reply(404, [b"unknown control path\n"], content_type=b"text/plain")
 
+
+    def _clock(self, query: str) -> Reply:
+        """``clock``: the schedule clock; ``?advance=S`` / ``?set=T``: move a manual one."""
+        clock = self.site.clock
+        args = dict(pair.partition("=")[::2] for pair in query.split("&") if pair)
+        try:
+            if "advance" in args:
+                clock.advance(float(args["advance"]))
+            if "set" in args:
+                clock.set(float(args["set"]))
+        except ValueError as exc:
+            return Reply(400, [f"{exc}\n".encode()], content_type=b"text/plain")
+        body = json.dumps({"now": clock.now(), "origin": clock.origin, "manual": clock.manual})
+        return Reply(200, [body.encode()], content_type=b"application/json")
 
     def _outage(self, query: str) -> Reply:
         """``outage?share=0.1&seconds=120&mode=503|timeout&seed=N``: start one

@@ -3,6 +3,9 @@
 Every answer is a function of (config, host, path): two servers with one
 config serve the same bytes. Page bodies are a cached head (title and links)
 followed by a slice of one shared filler buffer, so large pages cost no work.
+With the opt-in knobs of changes.py, a page's answer is also a function of
+the schedule clock's time (its version), of the request's conditional
+headers (a 304), and, for a noisy page, of a token drawn per request.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from devkit.testweb.changes import HostRules, Schedule, ScheduleClock, etag, http_date, not_modified, pick, unit
 from devkit.testweb.config import NESTED_KINDS, WebConfig
 from devkit.testweb.sitemaps import HOSTS as SITEMAP_HOSTS
 from devkit.testweb.sitemaps import SitemapSites
@@ -75,16 +79,18 @@ class Reply:
     drop: bool = False  # close the connection without answering
     hold: float = 0.0  # > 0: answer nothing, hang up this many seconds from now (an outage's "timeout")
     entry: list | None = None  # its line of the request log, completed when sent
+    # a page's answer: the version in its body (None: a 304, or not a page),
+    # the page's version when answered (what a 304 stood for), and when, on
+    # the schedule clock (s)
+    version: int | None = None
+    current: int | None = None
+    at: float | None = None
 
     @property
     def length(self) -> int:
         return sum(len(p) for p in self.parts)
 
 
-def _unit(*key: object) -> float:
-    """A deterministic number in [0, 1) for ``key``."""
-    digest = hashlib.blake2b(repr(key).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2**64
 
 
 def _make_filler(size: int) -> bytes:
@@ -94,17 +100,13 @@ def _make_filler(size: int) -> bytes:
     return (block * (size // len(block) + 1))[:size]
 
 
-def _pick_share(shares: dict[str, float], u: float) -> str | None:
-    acc = 0.0
-    for kind, share in sorted(shares.items()):
-        acc += share
-        if u < acc:
-            return kind
-    return None
-
-
 class Site:
-    def __init__(self, config: WebConfig, port: int, plain_port: int | None = None) -> None:
+    def __init__(self, config: WebConfig, port: int, plain_port: int | None = None,
+                 clock: ScheduleClock | None = None) -> None:
+        # the pages' schedules run on this clock (the server passes one on its log's clock)
+        self.clock = clock or ScheduleClock(manual=config.clock == "manual")
+        self.schedule = Schedule.of(config)
+        self.tokens = 0  # noisy pages' tokens drawn so far: each answer draws the next
         self.bombs: dict[int, bytes] = {}
         self.config = config
         self.port = config.public_port or port
@@ -140,18 +142,18 @@ class Site:
     def page_fault(self, d: int, k: int) -> str | None:
         if k == 0:
             return None  # the home page always works, so every crawl can start
-        return _pick_share(self.config.faults, _unit(self.config.seed, "fault", d, k))
+        return pick(self.config.faults, unit(self.config.seed, "fault", d, k))
 
     def nested_kind(self, d: int) -> str | None:
         """The nested markup of domain ``d``'s pages, if any."""
-        return _pick_share(self.config.nested, _unit(self.config.seed, "nested", d))
+        return pick(self.config.nested, unit(self.config.seed, "nested", d))
 
     def robots_fault(self, d: int) -> str | None:
-        return _pick_share(self.config.robots_faults, _unit(self.config.seed, "robots", d))
+        return pick(self.config.robots_faults, unit(self.config.seed, "robots", d))
 
     def crawl_delay(self, d: int) -> float | None:
         c = self.config
-        if _unit(c.seed, "delay", d) < c.crawl_delay_share:
+        if unit(c.seed, "delay", d) < c.crawl_delay_share:
             return c.crawl_delay
         return None
 
@@ -191,7 +193,7 @@ class Site:
 
     # --- answers ---------------------------------------------------------
 
-    def _head(self, d: int, k: int) -> bytes:
+    def _head(self, d: int, k: int, version: int | None = None) -> bytes:
         domain = self.config.domain(d)
         items = "".join(
             f'<li><a href="{html.escape(href)}">link {i}</a></li>\n'
@@ -201,14 +203,21 @@ class Site:
         return (
             f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">{robots}"
             f"<title>{domain} page {k}</title></head>\n<body><h1>{domain} page {k}</h1>\n"
-            f"<ul>\n{items}</ul>\n<p>"
+            f"{self._version_line(d, k, version)}<ul>\n{items}</ul>\n<p>"
         ).encode()
+
+    def _version_line(self, d: int, k: int, version: int | None) -> str:
+        """A changing page's visible version: ``version N`` and words drawn by N."""
+        if version is None:
+            return ""
+        words = " ".join(random.Random(f"{self.config.seed}:words:{d}:{k}:{version}").choices(_WORDS, k=4))
+        return f'<p class="version">version {version}: {words}</p>\n'
 
     def nofollow(self, d: int, k: int) -> str | None:
         """"meta" or "header" when page k of domain d says its links are not to be followed."""
         if k == 0:
             return None
-        u = _unit(self.config.seed, "nofollow", d, k)
+        u = unit(self.config.seed, "nofollow", d, k)
         if u < self.config.meta_nofollow_share:
             return "meta"
         if u < self.config.meta_nofollow_share + self.config.header_nofollow_share:
@@ -225,12 +234,16 @@ class Site:
             filler = self.nested_bodies[kind] = unit * (self.config.nested_size // len(unit) + 1)
         return Reply(200, [head, memoryview(filler)[: max(0, self.config.nested_size - len(head))]])
 
-    def page(self, d: int, k: int, size: int | None = None) -> Reply:
-        head = self.head(d, k)
+    def page(self, d: int, k: int, size: int | None = None, version: int | None = None,
+             noise: bytes = b"") -> Reply:
+        """Page k of domain d; ``version``: a changing page's, shown in its
+        head; ``noise``: markup after the head that changes the bytes, not
+        the visible text (the page keeps its size)."""
+        head = self.head(d, k) if version is None else self.head(d, k, version)
         tail = b"</p>\n</body></html>\n"
         size = self.page_size(d, k) if size is None else size
-        fill = max(0, size - len(head) - len(tail))
-        reply = Reply(200, [head, self.filler[:fill], tail])
+        fill = max(0, size - len(head) - len(noise) - len(tail))
+        reply = Reply(200, [head, noise, self.filler[:fill], tail] if noise else [head, self.filler[:fill], tail])
         if self.nofollow(d, k) == "header":
             reply.headers.append((b"X-Robots-Tag", b"noarchive, nofollow"))
         return reply
@@ -347,9 +360,11 @@ class Site:
         reply.headers.append((b"Retry-After", str(self.config.retry_after).encode()))
         return reply
 
-    def answer(self, host: str, target: str, secure: bool | None = None) -> Reply:
+    def answer(self, host: str, target: str, secure: bool | None = None,
+               conditionals: tuple[str | None, str | None] = (None, None)) -> Reply:
         """The answer to ``target`` on ``host``; ``secure``: asked over HTTPS
-        (None: the scheme of the site)."""
+        (None: the scheme of the site); ``conditionals``: the request's
+        If-None-Match and If-Modified-Since (None: absent)."""
         name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
         path = target.split("?", 1)[0].split("#", 1)[0]
         if self.config.sitemaps and name in SITEMAP_HOSTS:
@@ -364,7 +379,7 @@ class Site:
         if path == "/sitemap.xml" and (self.config.robots_sitemaps or self.config.sitemap_unnamed):
             return Reply(200, [self.sitemaps.domain_sitemap(d)], content_type=b"application/xml")
         if path == "/":
-            return self._page_or_fault(d, 0)
+            return self._page_or_fault(d, 0, conditionals)
         if path == "/robots.txt" or path.startswith("/robots/"):
             return self.robots(d, name, self.config.tls if secure is None else secure, path)
         parts = path.strip("/").split("/")
@@ -374,7 +389,7 @@ class Site:
             if k is None:
                 return _small(404, "no such page")
             if kind == "p":
-                return self._page_or_fault(d, k)
+                return self._page_or_fault(d, k, conditionals)
             if kind == "big":
                 return self.page(d, k, self.config.big_size)
             return self.page(d, k, min(self.page_size(d, k), 20_000))
@@ -389,11 +404,11 @@ class Site:
             return self._fault_route(d, parts[1:])
         return _small(404, "not found")
 
-    def _page_or_fault(self, d: int, k: int) -> Reply:
+    def _page_or_fault(self, d: int, k: int, conditionals: tuple[str | None, str | None] = (None, None)) -> Reply:
         fault = self.page_fault(d, k)
         if fault is None:
             kind = self.nested_kind(d) if self.config.nested else None
-            return self.page(d, k) if kind is None else self.nested_page(d, k, kind)
+            return self.live_page(d, k, conditionals) if kind is None else self.nested_page(d, k, kind)
         if fault in ("404", "410", "500"):
             return _small(int(fault), f"injected {fault}")
         if fault in ("429", "503"):
@@ -401,7 +416,7 @@ class Site:
             reply.headers.append((b"Retry-After", str(self.config.retry_after).encode()))
             return reply
         if fault == "slow":
-            reply = self.page(d, k)
+            reply = self.live_page(d, k, conditionals)
             reply.delay = self.config.slow_ms / 1000
             return reply
         if fault == "drop":
@@ -412,6 +427,71 @@ class Site:
             return self.page(d, k, self.config.big_size)
         return Reply(200, [b"%PDF-1.4\n", self.filler[: self.config.pdf_size]],
                      content_type=b"application/pdf")  # "pdf"
+
+    # --- pages that change, validators, 304s (changes.py) ------------------
+
+    def host_rules(self, d: int) -> HostRules:
+        """Domain ``d``'s validators and lie (WebConfig.validators, .lies)."""
+        c = self.config
+        if not c.validators and not c.lies:
+            return _PLAIN
+        return HostRules(pick(c.validators, unit(c.seed, "validators", d)) or "none",
+                         pick(c.lies, unit(c.seed, "lies", d)))
+
+    def noisy(self, d: int, k: int) -> bool:
+        return bool(self.config.noisy_share) and unit(self.config.seed, "noisy", d, k) < self.config.noisy_share
+
+    def live_page(self, d: int, k: int, conditionals: tuple[str | None, str | None] = (None, None)) -> Reply:
+        """Page k of domain d as it is now on the schedule clock: its
+        version's body with the host's validators, or a 304 (RFC 9110 13.2.2,
+        as the host's lie, if any, bends it). A page that never changes, is
+        not noisy and whose host sends no validator is today's page."""
+        rules = self.host_rules(d)
+        changing = self.schedule.mean_s(d, k) is not None
+        noisy = self.noisy(d, k)
+        t = self.clock.now()
+        if not changing and not noisy and rules.plain:
+            reply = self.page(d, k)
+            reply.version = reply.current = 0
+            reply.at = t
+            return reply
+        version = self.schedule.version_at(d, k, t) if changing else 0
+        headers, tag, modified = self._validators(d, k, version, t, rules)
+        if rules.lie != "ignore_conditionals" and not_modified(tag, modified, *conditionals):
+            return Reply(304, [], headers=headers, current=version, at=t)
+        reply = self.page(d, k, version=version if changing else None, noise=self._noise(d, k) if noisy else b"")
+        reply.headers[:0] = headers
+        reply.version = reply.current = version
+        reply.at = t
+        return reply
+
+    def _validators(self, d: int, k: int, version: int, t: float,
+                    rules: HostRules) -> tuple[list[tuple[bytes, bytes]], str | None, float | None]:
+        """The Date, ETag and Last-Modified headers of the page's ``version``
+        at ``t``, and the ETag and Last-Modified (wall s) a 304 is judged on."""
+        if rules.plain:
+            return [], None, None
+        wall = self.clock.wall
+        headers = [(b"Date", http_date(wall(t)).encode())]
+        tag = modified = None
+        if rules.sends_etag:
+            tag = etag(self.config.seed, d, k, 0 if rules.lie == "etag_frozen" else version, rules.weak)
+            headers.append((b"ETag", tag.encode()))
+        if rules.sends_last_modified:
+            if rules.lie == "lm_now":
+                modified = wall(t)
+            elif rules.lie == "lm_frozen":
+                modified = wall(0.0)
+            else:
+                modified = wall(self.schedule.version_time(d, k, version))
+            headers.append((b"Last-Modified", http_date(modified).encode()))
+        return headers, tag, modified
+
+    def _noise(self, d: int, k: int) -> bytes:
+        """A token new on every answer, in a script and a data- attribute."""
+        self.tokens += 1
+        token = hashlib.blake2b(repr((self.config.seed, d, k, self.tokens)).encode(), digest_size=8).hexdigest()
+        return f'<script>var token = "{token}";</script><span data-token="{token}"></span>'.encode()
 
     def _fault_route(self, d: int, args: list[str]) -> Reply:
         kind, rest = args[0], args[1:]
@@ -487,6 +567,9 @@ class Site:
             f"</body></html>\n"
         )
         return Reply(200, [body.encode()])
+
+
+_PLAIN = HostRules()
 
 
 def _index(name: str, suffix: str, limit: int) -> int | None:

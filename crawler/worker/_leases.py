@@ -265,7 +265,9 @@ class Leases:
         self._look_soon()
 
     def _look_soon(self) -> None:
-        if any(lease.storing for lease in self._lent.values()) and not (self._look is not None and self._look.active()):
+        if self._look is not None and self._look.active():
+            return
+        if any(lease.storing for lease in self._lent.values()):
             self._look = self.clock.timers.callLater(self.look_every, self.end_stored)
 
     def sweep(self, busy: set[int]) -> int:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
 from scrapy import Spider
@@ -40,6 +40,19 @@ def crawler_for(redis_url: str, **settings: object) -> Crawler:
     crawler.spider = Quiet.from_crawler(crawler)
     crawler.engine = ExecutionEngine(crawler, lambda _: None)
     return crawler
+
+
+def open_on(redis_url: str, clock: Any, **settings: object) -> Any:
+    """A frontier scheduler on the test's Redis and clock (a ManualClock),
+    opened under an engine that never starts."""
+    from crawler.clock import use_clock
+    from crawler.scheduler import FrontierScheduler
+
+    crawler = crawler_for(redis_url, **settings)
+    use_clock(crawler, clock)
+    scheduler = FrontierScheduler.from_crawler(crawler)
+    scheduler.open(crawler.spider)
+    return scheduler
 
 
 def cpu_seconds(pid: int) -> float:

@@ -14,21 +14,14 @@ import redis
 from scrapy import Request
 from scrapy.core.scheduler import BaseScheduler
 
-from crawler.clock import ManualClock, use_clock
+from crawler.clock import ManualClock
 from crawler.meta import DELAY
 from crawler.scheduler import FrontierScheduler
 from crawler.store import STORED, Ledger
-from tests.servers import RedisServer, crawler_for
+from tests.servers import RedisServer, open_on
 
 LINKS = [f"http://a.test/child/{i}" for i in range(5)]
 
-
-def open_on(redis_url: str, clock: ManualClock, **settings: object) -> FrontierScheduler:
-    crawler = crawler_for(redis_url, **settings)
-    use_clock(crawler, clock)
-    scheduler = FrontierScheduler.from_crawler(crawler)
-    scheduler.open(crawler.spider)
-    return scheduler
 
 
 def ledger_of(scheduler: FrontierScheduler) -> Ledger:

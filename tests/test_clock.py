@@ -28,7 +28,7 @@ from crawler.store.keys import Keys, _with_clock
 from crawler.worker._writes import Outbox, WriteBuffer
 from crawler.store import Frontier, Item, Politeness
 from crawler.settings_registry import SettingsError, setting
-from tests.servers import crawler_for, free_port
+from tests.servers import crawler_for, free_port, open_on
 
 
 def item(url: str, domain: str = "a.test") -> Item:
@@ -233,14 +233,6 @@ def test_an_idle_answer_is_never_kept(redis_client: redis.Redis, clock: ManualCl
     taker.store.add([item("u0")])
     assert taker.frontier_busy(0)  # no clock move: asked again
 
-
-def open_on(redis_url: str, clock: ManualClock, **settings: object) -> FrontierScheduler:
-    """A frontier scheduler on the test's Redis and clock, under an engine that never starts."""
-    crawler = crawler_for(redis_url, **settings)
-    use_clock(crawler, clock)
-    scheduler = FrontierScheduler.from_crawler(crawler)
-    scheduler.open(crawler.spider)
-    return scheduler
 
 
 def test_pending_requests_right_after_this_worker_stored_them(redis_url: str, clock: ManualClock) -> None:

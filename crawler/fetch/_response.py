@@ -4,7 +4,8 @@
 ``headers_received`` is sent once the head is in, ``bytes_received`` with
 each piece of the decoded body as it is kept (at most
 :data:`~crawler.fetch._exchange.PIECE` bytes, as Scrapy's handler passes on
-its reads); a ``StopDownload`` from either stops reading there, and the
+its reads; where nothing listens to it, as in a billion crawl, the body is
+not cut into pieces at all); a ``StopDownload`` from either stops reading there, and the
 response carries the body up to and including that piece, flagged
 ``download_stopped``, as with Scrapy's handler.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from pydispatch import dispatcher
 from scrapy import signals
 from scrapy.exceptions import ResponseDataLossError, StopDownload
 from scrapy.http import Headers
@@ -48,6 +50,12 @@ class Responses:
         self.fail_on_dataloss = settings.getbool("DOWNLOAD_FAIL_ON_DATALOSS")
         self.warnsize = settings.getint("DOWNLOAD_WARNSIZE")
         self.warned_dataloss = False
+
+    def listened(self, signal: object) -> bool:
+        """Whether anything is connected to ``signal`` now (a dictionary look-up
+        or two): the body is cut into ``bytes_received`` pieces only for a listener."""
+        return any(True for _ in dispatcher.liveReceivers(
+            dispatcher.getAllReceivers(self.crawler.signals.sender, signal)))
 
     def signal(self, signal: object, request: Request, **kwargs: Any) -> StopDownload | None:
         results = self.crawler.signals.send_catch_log(signal=signal, request=request, spider=self.crawler.spider,

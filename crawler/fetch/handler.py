@@ -53,6 +53,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from scrapy import signals
 from scrapy.core.downloader.handlers.base import BaseDownloadHandler
 from scrapy.exceptions import (
     CannotResolveHostError,
@@ -185,7 +186,8 @@ class DownloadHandler(BaseDownloadHandler):
         # a request's own cap (robots.txt has one) holds even without the size-cap middleware; 0: none
         exchange = Exchange(reception.head, page_limit(request.meta, self.page_bytes) or 1 << 62,
                             int(request.meta.get("download_maxsize", self.maxsize)), self.max_head,
-                            head_only=request.method == "HEAD", raw=self.keep_raw, on_data=reception.data)
+                            head_only=request.method == "HEAD", raw=self.keep_raw,
+                            on_data=reception.data if self.responses.listened(signals.bytes_received) else None)
         done = connection.send(serialize(request, url, target, proxy, self.accept_encoding), exchange)
         try:
             await done

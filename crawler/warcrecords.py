@@ -11,6 +11,12 @@ else one rebuilt from the decoded response (a status line, the headers less
 chunked body: with its framing, which is what warcio and FastWARC check);
 the request record names its response in ``WARC-Concurrent-To``.
 
+A revisit of a capture (``Page.refers``) is written as a ``revisit`` record
+instead of a response (design/recrawl.md, C.6): a 304 (``not_modified``) as
+``server-not-modified``, its block the 304's head; a 200 whose payload equals
+the original's as ``identical-payload-digest``, its block the response head
+with the body left out. ``Page.capture`` tells the caller what was written.
+
 Each record is one gzip member (ISA-L, ``isal``), so any WARC reader
 (warcio, the Internet Archive's tools) reads the files and can seek to a
 record. A body that arrived compressed (``Content-Encoding``: its bytes as
@@ -27,7 +33,7 @@ import hashlib
 import os
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http import HTTPStatus
 
@@ -42,6 +48,31 @@ _COMPRESSED = 0.9
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, no mtime, unknown OS
 _STORED_MAX = 65_535  # bytes in one stored deflate block
 Headers = Sequence[tuple[bytes, bytes]]
+#: the WARC 1.1 revisit profiles (iipc/warc-specifications, specifications/warc-format/warc-1.1)
+NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+IDENTICAL = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+
+
+@dataclass(frozen=True)
+class Refers:
+    """The capture a revisit refers to: a response record written before for
+    the same URL (its target URI is the page's URL)."""
+
+    date: str | datetime = ""  # its WARC-Date ("" unknown); a naive datetime is UTC
+    record_id: str = ""  # its WARC-Record-ID, "<urn:uuid:...>" ("" unknown)
+    payload_digest: str = ""  # a prefix of its WARC-Payload-Digest, "sha1:..." ("" unknown)
+
+
+@dataclass(frozen=True)
+class Capture:
+    """What :func:`page_records` wrote for a page's response."""
+
+    record_id: str
+    date: str  # WARC-Date, exactly as written
+    payload_digest: str  # WARC-Payload-Digest ("" for a 304's revisit, which has none)
+    profile: str = ""  # "": a response record, the capture a later revisit refers to; else the revisit's WARC-Profile
+
+
 @dataclass
 class Page:
     """One fetch as it goes into the WARC file: a request and a response record."""
@@ -59,6 +90,10 @@ class Page:
     raw_body: bytes = b""  # with raw_head: the body as received, before decoding
     dataloss: bool = False  # the connection ended before the body's end
     ip: str = ""  # the server's address
+    refers: Refers | None = None  # a revisit of this capture (None: not known to be one)
+    not_modified: bool = False  # a 304 to a conditional request: a server-not-modified revisit
+    identical: bool = False  # with refers: the payload is the original's (else the digest prefix tells)
+    capture: Capture | None = field(default=None, compare=False)  # set by page_records
 
 
 _ids: list[bytes] = []  # random bytes for the next record IDs
@@ -130,8 +165,9 @@ _EMPTY_SHA1 = "sha1:" + base64.b32encode(hashlib.sha1(b"").digest()).decode()
 
 
 def page_records(page: Page, clock: Clock = SYSTEM) -> list[list[bytes]]:
-    """The request and response records of ``page``, each as a list of
-    parts; dated ``page.date``, else now on ``clock`` (its wall-clock face)."""
+    """The request and response (or revisit) records of ``page``, each as a
+    list of parts; dated ``page.date``, else now on ``clock`` (its wall-clock
+    face). Sets ``page.capture`` to what the second record is."""
     # "2026-12-04T15:21:05.702256Z": isoformat, cheaper than strftime (docs/benchmarks.md)
     date = datetime.fromtimestamp(page.date or clock.time(), timezone.utc).isoformat(
         timespec="microseconds")[:-6] + "Z"
@@ -156,17 +192,23 @@ def page_records(page: Page, clock: Clock = SYSTEM) -> list[list[bytes]]:
         payload = page.body
     response_id = _record_id()
     ip = [("WARC-IP-Address", page.ip)] if page.ip else []
-    extra = [*ip, ("WARC-Block-Digest", _sha1(response_head, payload)),
-             ("WARC-Payload-Digest", _sha1(payload))]
-    if page.truncated:
-        extra.append(("WARC-Truncated", "length"))
-    elif page.dataloss:
-        extra.append(("WARC-Truncated", "disconnect"))
-    response = [
-        _warc_headers("response", page.url, date, "application/http; msgtype=response",
-                      len(response_head) + len(payload), extra, response_id),
-        response_head, payload, b"\r\n\r\n",
-    ]
+    payload_digest = _sha1(payload)
+    profile = _revisit_profile(page, payload_digest)
+    if profile:
+        response = _revisit(page, profile, date, response_id, ip, response_head, payload_digest)
+    else:
+        extra = [*ip, ("WARC-Block-Digest", _sha1(response_head, payload)),
+                 ("WARC-Payload-Digest", payload_digest)]
+        if page.truncated:
+            extra.append(("WARC-Truncated", "length"))
+        elif page.dataloss:
+            extra.append(("WARC-Truncated", "disconnect"))
+        response = [
+            _warc_headers("response", page.url, date, "application/http; msgtype=response",
+                          len(response_head) + len(payload), extra, response_id),
+            response_head, payload, b"\r\n\r\n",
+        ]
+    page.capture = Capture(response_id, date, "" if profile == NOT_MODIFIED else payload_digest, profile)
     request = [
         _warc_headers("request", page.url, date, "application/http; msgtype=request",
                       len(request_head) + len(page.request_body),
@@ -176,6 +218,58 @@ def page_records(page: Page, clock: Clock = SYSTEM) -> list[list[bytes]]:
         request_head, page.request_body, b"\r\n\r\n",
     ]
     return [request, response]
+
+
+def _revisit_profile(page: Page, payload_digest: str) -> str:
+    """The revisit profile of ``page``'s response record, "" for a response."""
+    if page.not_modified:
+        return NOT_MODIFIED
+    refers = page.refers
+    if refers is None or page.status != 200 or page.truncated or page.dataloss:
+        return ""
+    prefix = refers.payload_digest
+    if page.identical or (len(prefix) > len("sha1:") and payload_digest.startswith(prefix)):
+        return IDENTICAL
+    return ""
+
+
+def _revisit(page: Page, profile: str, date: str, record_id: str, ip: list[tuple[str, str]],
+             response_head: bytes, payload_digest: str) -> list[bytes]:
+    """A revisit record whose block is ``response_head`` alone (the body left out).
+
+    Followed: WARC 1.1, the 'revisit' record type (iipc/warc-specifications,
+    warc-format/warc-1.1): the two profiles' URIs, WARC-Refers-To-Target-URI
+    and WARC-Refers-To-Date for a lookup by URI and date, WARC-Refers-To when
+    the record is known, and for server-not-modified no payload digest
+    (warcio's ``tester.py`` prohibits one; we keep only a prefix of the
+    original's, and one over the empty body would be false). warcio
+    (``recordbuilder.py`` ``create_revisit_record``) writes the same headers
+    with Content-Type ``application/http; msgtype=response`` and a head-only
+    block; its reader parses that head (``recordloader.py``, ``rec_type ==
+    'revisit'``) and checks no digest of a revisit (``digestverifyingreader.py``):
+    FastWARC checks the block digest.
+    """
+    refers = page.refers or Refers()
+    extra = [*ip, ("WARC-Profile", profile), ("WARC-Refers-To-Target-URI", page.url)]
+    if refers.date:
+        extra.append(("WARC-Refers-To-Date", _warc_date(refers.date)))
+    if refers.record_id:
+        extra.append(("WARC-Refers-To", refers.record_id))
+    extra.append(("WARC-Block-Digest", _sha1(response_head)))
+    if profile == IDENTICAL:
+        extra.append(("WARC-Payload-Digest", payload_digest))  # this payload's: equal to the original's
+    return [_warc_headers("revisit", page.url, date, "application/http; msgtype=response",
+                          len(response_head), extra, record_id),
+            response_head, b"", b"\r\n\r\n"]
+
+
+def _warc_date(date: str | datetime) -> str:
+    """A WARC-Date as :func:`page_records` writes it ("2026-12-04T15:21:05.702256Z")."""
+    if isinstance(date, str):
+        return date
+    if date.tzinfo is None:
+        date = date.replace(tzinfo=timezone.utc)
+    return date.astimezone(timezone.utc).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def warcinfo_record(filename: str, fields: dict[str, str], clock: Clock = SYSTEM) -> list[bytes]:
@@ -222,6 +316,6 @@ def page_members(page: Page, level: int, clock: Clock = SYSTEM) -> list[bytes | 
     """``page``'s request and response records, each a gzip member, as the
     pieces of one write."""
     request, response = page_records(page, clock)
-    if arrived_compressed(page):
+    if arrived_compressed(page) and response[2]:  # a revisit's block has no body to store
         return [gzip_member(request, level), *gzip_member_stored(response[:2], response[2], response[3], level)]
     return [gzip_member(request, level), gzip_member(response, level)]

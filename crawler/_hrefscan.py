@@ -228,3 +228,24 @@ def scan(body: bytes) -> list[tuple[str, dict[str, str]]]:
             anchor, checked = True, pos
         found.append((tag, _attributes(m.group("attrs"))))
     return found
+
+
+#: what is not text for the signature of a scanned page: comments, the content
+#: of the elements a tree's signature strips (and <title>, outside <body>),
+#: doctypes and processing instructions, tags with their quoted values; each
+#: alternative atomic and ending at the end of the page, so linear
+_NOT_TEXT = re.compile(
+    r"<!--(?>.*?-->|.*+)"
+    r"|<(script|style|noscript|template|title)" + _NAME_END + r"[^>]*+>?(?>.*?</\1" + _NAME_END + r"[^>]*+>?|.*+)"
+    r"|<[!?][^>]*+>?"
+    r"|</?[A-Za-z](?:[^>\"']++|\"[^\"]*+\"|'[^']*+')*+>?",
+    re.DOTALL | re.IGNORECASE | re.ASCII,
+)
+
+
+def visible_text(body: bytes) -> str:
+    """The text of ``body`` between tags, character references decoded,
+    without comments and the content of ``<script>``, ``<style>``,
+    ``<noscript>``, ``<template>`` and ``<title>``: a page's text signature
+    where :func:`risky` says no tree; linear time, a few copies of the page."""
+    return unescape(_NOT_TEXT.sub(" ", body.decode("utf-8", "replace")))

@@ -10,13 +10,15 @@ ada's C++ join, once per distinct href.
 
 from __future__ import annotations
 
+from hashlib import sha1
 from operator import attrgetter
+from typing import Literal, NamedTuple, overload
 
 from ada_url import join_url
 from selectolax.lexbor import LexborHTMLParser
 
 from crawler._fastjoin import FastJoin
-from crawler._hrefscan import risky, scan
+from crawler._hrefscan import risky, scan, visible_text
 from crawler.robots import meta_nofollow
 from crawler.identity import Canonicalizer, canonicalize
 
@@ -29,7 +31,25 @@ _META_TAG = LexborHTMLParser("<meta>").css_first("meta").tag_id
 _tag_id = attrgetter("tag_id")
 #: (<base href>, <meta> (name, content) pairs, <a href> values) of a page
 Found = tuple[str | None, list[tuple[str | None, str | None]], list[str | None]]
+#: what the text signature leaves out of the tree, once its anchors are read
+_HIDDEN = ["script", "style", "noscript", "template"]
 _SKIP = ("javascript:", "mailto:", "tel:", "data:", "JAVASCRIPT:", "MAILTO:", "TEL:", "DATA:")
+
+
+class Signed(NamedTuple):
+    """:meth:`LinkExtractor.page` with ``signature=True``."""
+
+    links: list[str]
+    nofollow: bool
+    #: 48 bits of the SHA-1 of the page's visible text (:func:`text_signature`)
+    signature: int
+
+
+def text_signature(text: str) -> int:
+    """48 bits of the SHA-1 of ``text`` with its whitespace runs collapsed:
+    the width of the history record's change key (design/recrawl.md C.1),
+    so the value is stored as it is and compared as an int."""
+    return int.from_bytes(sha1(" ".join(text.split()).encode("utf-8", "surrogatepass")).digest()[:6])
 
 
 class LinkExtractor:
@@ -57,15 +77,43 @@ class LinkExtractor:
     def __call__(self, body: bytes, url: str) -> list[str]:
         return self.page(body, url)[0]
 
-    def page(self, body: bytes, url: str, agent: str = "") -> tuple[list[str], bool]:
+    @overload
+    def page(self, body: bytes, url: str, agent: str = "", *,
+             signature: Literal[False] = False) -> tuple[list[str], bool]: ...
+
+    @overload
+    def page(self, body: bytes, url: str, agent: str = "", *, signature: Literal[True]) -> Signed: ...
+
+    def page(self, body: bytes, url: str, agent: str = "", *,
+             signature: bool = False) -> tuple[list[str], bool] | Signed:
         """The page's links, and whether a ``<meta name="robots">`` (or one
         named ``agent``) says ``nofollow`` or ``none``: then no links.
 
         A page whose tree would cost Lexbor more than about 50 ms (deep
         nesting: ``crawler._hrefscan``) is scanned instead of parsed;
-        ``scanned`` says whether the last page was."""
+        ``scanned`` says whether the last page was.
+
+        With ``signature=True`` the answer is a :class:`Signed`, the same
+        pair with the page's text signature as a third field (a recrawl's
+        change key, design/recrawl.md C.4): a NamedTuple, so ``links,
+        nofollow = page(...)`` stays the shape of the default, which every
+        caller unpacks, and the default path only tests the flag. The text
+        is read from the tree the links came from, after them: ``<script>``,
+        ``<style>``, ``<noscript>`` and ``<template>`` stripped, then the
+        ``<body>``'s text; a scanned page's text is what the scan sees
+        between tags (:func:`crawler._hrefscan.visible_text`)."""
         self.scanned = risky(body)
-        return self.resolve(self.by_scan(body) if self.scanned else self.by_tree(body), url, agent)
+        if not signature:
+            return self.resolve(self.by_scan(body) if self.scanned else self.by_tree(body), url, agent)
+        if self.scanned:
+            found, text = self.by_scan(body), visible_text(body)
+        else:
+            tree = LexborHTMLParser(body)
+            found = self.read(tree)
+            tree.strip_tags(_HIDDEN)
+            top = tree.body or tree.root
+            text = top.text(separator=" ") if top is not None else ""
+        return Signed(*self.resolve(found, url, agent), text_signature(text))
 
     def resolve(self, found: Found, url: str, agent: str = "") -> tuple[list[str], bool]:
         """:meth:`page` from what :meth:`by_tree` or :meth:`by_scan` found."""
@@ -106,7 +154,10 @@ class LinkExtractor:
 
     def by_tree(self, body: bytes) -> Found:
         """(``<base href>``, ``<meta>`` (name, content) pairs, hrefs) by Lexbor."""
-        tree = LexborHTMLParser(body)
+        return self.read(LexborHTMLParser(body))
+
+    def read(self, tree: LexborHTMLParser) -> Found:
+        """:meth:`by_tree` on a tree already built."""
         # one walk of the tree, in C: the base, the metas and the anchors worth reading
         nodes = tree.css(self.selector)
         metas: list[tuple[str | None, str | None]] = []

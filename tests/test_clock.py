@@ -25,7 +25,8 @@ from crawler.store import STORED, VANISHED, FrontierLost, Leased
 from crawler.worker._leases import Ack, Leases
 from crawler.worker._outage import CHECK_EVERY, LossWatch, RedisGuard
 from crawler.store.keys import Keys, _with_clock
-from crawler.worker._writes import Outbox, WriteBuffer
+from crawler.worker._shards import Outbox
+from crawler.worker._writes import WriteBuffer
 from crawler.store import Frontier, Item, Politeness
 from crawler.settings_registry import SettingsError, setting
 from tests.servers import crawler_for, free_port, open_on

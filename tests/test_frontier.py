@@ -22,7 +22,9 @@ from crawler.clock import ManualClock
 from crawler.scheduler import FrontierScheduler
 from crawler.worker._leases import Ack
 from crawler.store import Keys, Scripts
-from crawler.worker._writes import Outbox, Recent, WriteBuffer
+from crawler.worker._recent import Recent
+from crawler.worker._shards import Outbox
+from crawler.worker._writes import WriteBuffer
 from crawler.store import (
     Dedup,
     Frontier,

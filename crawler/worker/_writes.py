@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from crawler.store import Leased
     from crawler.worker._leases import Ack
 
-__all__ = ["Outbox", "Recent", "WriteBuffer"]
+__all__ = ["WriteBuffer"]
 
 logger = logging.getLogger(__name__)
 

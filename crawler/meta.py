@@ -28,8 +28,24 @@ Set by the crawler:
   (W3C datetime, as written), when the sitemap gave it.
 - ``CHANGEFREQ``: likewise its ``<changefreq>``.
 - ``PRIORITY``: likewise its ``<priority>`` (a float).
+- ``RECRAWL_STATE``: on a revisit (a tracked URL served again,
+  ``crawler/store/codec.py``'s ``V`` entry): ``{"k": <history key>,
+  "record": <the packed history, crawler/recrawl/record.py>, "trust":
+  <host trust bits, crawler.recrawl.TRUST_*>, "mu": <the domain's μ, or
+  None>}``. Kept by a retry of the revisit.
+- ``RECRAWL_SEEN``: what the answer to a tracked request showed
+  (``crawler/middlewares/recrawl.py``): ``{"status", "etag", "weak", "lm",
+  "date", "length", "chg"}``; the history write is made from it when the
+  lease ends.
+- ``NOT_MODIFIED``: on a 304's ``response.meta``: the server says the page
+  did not change since the copy the request's validators name.
 
-Set by users, per request:
+Set by users, per request (``RECRAWL`` also by spiders):
+
+- ``RECRAWL``: ``False``: never tracked (a tracked URL fetched with it loses
+  its history); a number: revisited every that many seconds (clamped to
+  ``CRAWLER_RECRAWL_MIN``/``_MAX``, left alone by ``adaptive``); ``True`` or
+  absent: the spider's ``CRAWLER_RECRAWL``. Ignored when that is ``off``.
 
 - ``MAX_PAGE_BYTES``: this request's size cap instead of ``CRAWLER_MAX_PAGE_BYTES``.
 - ``ANY_TYPE``: download whatever the content type (``CRAWLER_HTML_ONLY``).
@@ -55,6 +71,10 @@ SITEMAP = "crawler_sitemap"
 LASTMOD = "sitemap_lastmod"
 CHANGEFREQ = "sitemap_changefreq"
 PRIORITY = "sitemap_priority"
+RECRAWL = "crawler_recrawl"
+RECRAWL_STATE = "_crawler_recrawl"
+RECRAWL_SEEN = "_crawler_recrawl_seen"
+NOT_MODIFIED = "crawler_not_modified"
 
 
 def page_limit(meta: dict, default: int) -> int:

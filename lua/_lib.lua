@@ -209,7 +209,7 @@ end
 -- late rather than early. ``now``: the caller's reading of that clock, if it
 -- took one (else read here, when first needed). Only a lease still held
 -- counts: an acknowledgement sent twice, or after its lease expired, is void.
-local ENDS = {s = 'end_stored', d = 'end_dead', r = 'end_disallowed', k = 'end_skipped',
+local ENDS = {s = 'end_stored', n = 'end_not_modified', d = 'end_dead', r = 'end_disallowed', k = 'end_skipped',
               x = 'end_redirected', l = 'end_lost', u = 'end_unknown'}
 
 local function ack_all(base, ids, now)

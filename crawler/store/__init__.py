@@ -33,17 +33,19 @@ from crawler.store.ledger import (
     END_STATES,
     ENDS,
     LOST,
+    NOT_MODIFIED,
     REDIRECTED,
     SKIPPED,
     STORED,
+    STORED_ENDS,
     UNKNOWN,
     Ledger,
     describe,
 )
 from crawler.store.stores import DeadLetter, DeadLetters, DomainLocks, RobotsStore
 
-__all__ = ["DEAD", "DEDUP_MODES", "DISALLOWED", "END_STATES", "ENDS", "LOST", "REDIRECTED", "REPLACED",
-           "REWOUND", "SKIPPED", "STORED", "UNKNOWN", "VANISHED", "Acknowledgement", "AddResult", "AddressPoliteness",
+__all__ = ["DEAD", "DEDUP_MODES", "DISALLOWED", "END_STATES", "ENDS", "LOST", "NOT_MODIFIED", "REDIRECTED", "REPLACED",
+           "REWOUND", "SKIPPED", "STORED", "STORED_ENDS", "UNKNOWN", "VANISHED", "Acknowledgement", "AddResult", "AddressPoliteness",
            "DeadLetter", "DeadLetters", "Dedup", "DomainLocks", "Epoch", "Frontier", "FrontierConfigError",
            "FrontierLost", "Item", "Keys", "Leased", "Ledger", "Lookup", "LuaScript", "Politeness", "Reply",
            "RobotsStore", "Scripts", "TakeResult", "bloom_error_rate", "describe", "stored_dedup"]

@@ -11,14 +11,22 @@ while its robots.txt is unreachable), until it ends:
 - ``dead``: given up on, with a dead letter naming the reason;
 - ``disallowed``: refused by robots.txt;
 - ``skipped``: refused on purpose by a filter (not HTML, off-site);
+- ``not_modified``: a revisit the server answered 304, or whose payload was
+  unchanged: stored as a WARC revisit record;
 - ``redirected``: it redirected elsewhere; the target is a URL of its own;
 - ``excluded``: its domain was excluded while it waited;
 - ``lost``: dropped with an error (an entry that cannot be decoded);
 - ``unknown``: it ended where no middleware saw how.
 
 Every counter moves in the same Lua script call as the lease or queue entry
-it accounts for, so the sum holds at any moment, across all workers. The
-one-letter codes of the ends are what the scripts read.
+it accounts for, so the sum holds at any moment, across all workers.
+
+A tracked URL (``CRAWLER_RECRAWL``) is admitted again each time it is leased
+for a revisit (``revisits``): ``admitted = enqueued + revisits``. A revisit
+lease that expires takes its admission back (it returns to its schedule,
+not to a queue: ``lua/dequeue.lua``).
+
+The one-letter codes of the ends are what the scripts read.
 """
 
 from __future__ import annotations
@@ -27,8 +35,11 @@ from dataclasses import dataclass
 
 #: how a request ended, as the frontier counts it (``end_<name>`` in its stats)
 STORED, DEAD, DISALLOWED, SKIPPED, REDIRECTED, LOST, UNKNOWN = "s", "d", "r", "k", "x", "l", "u"
-ENDS = {STORED: "stored", DEAD: "dead", DISALLOWED: "disallowed", SKIPPED: "skipped",
-        REDIRECTED: "redirected", LOST: "lost", UNKNOWN: "unknown"}
+NOT_MODIFIED = "n"
+ENDS = {STORED: "stored", NOT_MODIFIED: "not_modified", DEAD: "dead", DISALLOWED: "disallowed",
+        SKIPPED: "skipped", REDIRECTED: "redirected", LOST: "lost", UNKNOWN: "unknown"}
+#: the ends whose lease is held until storage holds the page (``Leases.end``)
+STORED_ENDS = (STORED, NOT_MODIFIED)
 
 
 #: the end states, in the order they are shown
@@ -48,7 +59,8 @@ class Ledger:
         counters = status["counters"]
         ends = {name: counters.get(f"end_{name}", 0) for name in ENDS.values()}
         ends["excluded"] = counters.get("excluded_dropped", 0)
-        return cls(counters.get("enqueued", 0), ends, status["queued"], status["leases"], status["delayed"])
+        admitted = counters.get("enqueued", 0) + counters.get("revisits", 0)
+        return cls(admitted, ends, status["queued"], status["leases"], status["delayed"])
 
     @property
     def accounted(self) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from enum import IntEnum
+from collections.abc import Iterable
 from typing import Protocol
 
 import redis
@@ -21,6 +22,57 @@ class Acknowledgement(Protocol):
     form (``"<lease>[:<age ms>[:<duration ms>[:<end>]]]"``) as the round trip leaves."""
 
     def wire(self, now: float) -> str: ...
+
+
+#: a history write's modes (HistoryWrite.mode)
+CREATE, UPDATE, DELETE = "c", "u", "d"
+#: a visit's outcome as the history write reports it (HistoryWrite.outcome)
+FIRST, CHANGED, UNCHANGED, NOT_MODIFIED_304 = "", "c", "u", "n"
+#: the lies a host can be caught in (HistoryWrite.lie; design/recrawl.md C.3)
+LIES = ("etag", "lm", "lm_now", "ignored")
+
+
+@dataclass(frozen=True)
+class HistoryWrite:
+    """One tracked URL's history, written in the same script call as its
+    lease's acknowledgement and before it (``lua/_recrawl.lua``
+    ``history_write``; design/recrawl.md E). Built by the worker when the
+    lease ends (``crawler/recrawl/visit.py``); rides on the lease's
+    :class:`Acknowledgement` as ``write``.
+
+    ``record`` is the packed history (``crawler/recrawl/record.py``) whose
+    ``last`` the script stamps with its own clock; ``iv`` the seconds until
+    the URL is due again (the script never puts it sooner than
+    ``CRAWLER_RECRAWL_MIN``); ``rbin_old``/``rbin_new`` the domain's rate
+    bins the URL leaves and joins (-1: none), for the domain's μ.
+    """
+
+    mode: str  # CREATE (a first visit; an existing record only has 'last' moved), UPDATE, DELETE
+    domain: str
+    k: str  # crawler.recrawl.record.key_of(digest)
+    record: bytes = b""  # empty for DELETE
+    iv: int = 0
+    rbin_old: int = -1
+    rbin_new: int = -1
+    outcome: str = FIRST
+    saved: int = 0  # body bytes a 304 or an identical payload saved
+    host: str = ""  # the host whose trust ``lie`` is evidence against
+    lie: str = ""  # "" or one of LIES
+
+    def wire(self) -> list[str | bytes]:
+        """The scripts' form: 11 values (``lua/_recrawl.lua``)."""
+        return [self.mode, self.domain, self.k, str(self.iv), str(self.rbin_old), str(self.rbin_new),
+                self.outcome, str(self.saved), self.host, self.lie, self.record]
+
+
+def wire_writes(acks: Iterable[object]) -> list[str | bytes]:
+    """The history writes riding on ``acks`` (their ``write``, when not
+    None) as the scripts take them: their count, then 11 values each."""
+    writes = [w for w in (getattr(a, "write", None) for a in acks) if w is not None]
+    out: list[str | bytes] = [str(len(writes))]
+    for w in writes:
+        out += w.wire()
+    return out
 
 
 DEDUP_MODES = ("exact", "bloom")

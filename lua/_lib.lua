@@ -73,20 +73,26 @@ end
 -- per domain, and per address (ms): ip_delay (0: off), ip_shared_delay,
 -- ip_shared_cap, ip_shared_min, dns_ttl, dns_nx (lookups of a missing name
 -- before it is given up), dns_claim (how long a lookup may take before
--- another worker tries).
+-- another worker tries); recrawl ('off', 'fixed', 'adaptive'), rv_min, rv_max,
+-- rv_distrust (ms), rv_share, rv_cap, rv_domain_cap (design/recrawl.md E).
 local defaults_cache = nil
 local function defaults(base)
   if defaults_cache == nil then
     local v = redis.call('HMGET', base .. ':meta', 'rate', 'burst', 'delay', 'delay_factor', 'delay_max',
                          'ip_delay', 'ip_shared_delay', 'ip_shared_cap', 'ip_shared_min', 'dns_ttl', 'dns_nx',
-                         'dns_claim')
+                         'dns_claim', 'recrawl', 'rv_min', 'rv_max', 'rv_share', 'rv_cap', 'rv_domain_cap',
+                         'rv_distrust')
     defaults_cache = {rate = tonumber(v[1] or '') or 0, burst = tonumber(v[2] or '') or 1,
                       delay = tonumber(v[3] or '') or 0, factor = tonumber(v[4] or '') or 0,
                       max = tonumber(v[5] or '') or 0,
                       ip_delay = tonumber(v[6] or '') or 0, shared_delay = tonumber(v[7] or '') or 250,
                       shared_cap = tonumber(v[8] or '') or 4, shared_min = tonumber(v[9] or '') or 0,
                       ttl = tonumber(v[10] or '') or 300000, nx = tonumber(v[11] or '') or 3,
-                      claim = tonumber(v[12] or '') or 65000}
+                      claim = tonumber(v[12] or '') or 65000,
+                      recrawl = v[13] or 'off', rv_min = tonumber(v[14] or '') or 3600000,
+                      rv_max = tonumber(v[15] or '') or 2592000000, rv_share = tonumber(v[16] or '') or 0.5,
+                      rv_cap = tonumber(v[17] or '') or 0, rv_domain_cap = tonumber(v[18] or '') or 0,
+                      rv_distrust = tonumber(v[19] or '') or 2592000000}
   end
   return defaults_cache
 end
@@ -132,6 +138,25 @@ local function unpark(base, domain, id, mark, dur)
   redis.call('HDEL', dkey, 'busy')
   redis.call('HSET', dkey, 'next', nxt)
   if (tonumber(st[3] or '0') or 0) > 0 then redis.call('ZADD', base .. ':ready', nxt, domain) end
+end
+
+-- A domain with tracked URLs (CRAWLER_RECRAWL; design/recrawl.md E) is
+-- ready at the earlier of its queued requests' turn and its first revisit's
+-- due time (due:<d>'s head), never before its 'next' and not while parked
+-- (the acknowledgement that unparks it looks again). Keeps base:rdue (domain
+-- -> its first due ms) in step with that head. Nothing with recrawl off.
+local function revisit_ready(base, domain, now)
+  local head = redis.call('ZRANGE', base .. ':due:' .. domain, 0, 0, 'WITHSCORES')
+  if #head == 0 then
+    redis.call('ZREM', base .. ':rdue', domain)
+    return
+  end
+  local due = tonumber(head[2])
+  redis.call('ZADD', base .. ':rdue', due, domain)
+  if defaults(base).recrawl == 'off' then return end
+  local st = redis.call('HMGET', base .. ':dom:' .. domain, 'busy', 'next')
+  if st[1] then return end
+  redis.call('ZADD', base .. ':ready', 'LT', math.max(due, tonumber(st[2] or '0') or 0), domain)
 end
 
 -- Per-address politeness (CRAWLER_IP_DELAY; the keys: crawler/store/keys.py;

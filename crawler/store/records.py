@@ -24,6 +24,26 @@ class Acknowledgement(Protocol):
     def wire(self, now: float) -> str: ...
 
 
+@dataclass(frozen=True)
+class Recrawl:
+    """How the frontier revisits what it fetched (``CRAWLER_RECRAWL*``;
+    docs/recrawl.md); ``Frontier.open()`` writes it into ``:meta`` for the
+    scripts. Seconds here, ms there."""
+
+    mode: str = "off"  # off | fixed | adaptive
+    interval: float = 86400.0
+    min: float = 3600.0
+    max: float = 2592000.0
+    share: float = 0.5
+    max_tracked: int = 1_000_000  # per shard; 0: no cap
+    domain_max: int = 0  # per domain; 0: no cap (the worker's config derives one from the delay)
+    distrust: float = 2592000.0
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+
 #: a history write's modes (HistoryWrite.mode)
 CREATE, UPDATE, DELETE = "c", "u", "d"
 #: a visit's outcome as the history write reports it (HistoryWrite.outcome)

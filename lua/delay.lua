@@ -6,6 +6,8 @@
 -- KEYS[1]  base key of the frontier
 -- KEYS[2]  its address space (optional: see _lib.lua's IPB; acknowledgements free addresses)
 -- ARGV[1]  number of lease ids to acknowledge, then the ids
+-- then     number of history writes, then 11 values each (_recrawl.lua
+--          read_writes), applied before the acknowledgements
 -- then per request, 5 values: delay ms, domain, priority, entry, and the
 --   lease it retries ('' for none: a request that was never leased)
 -- Returns the number of requests delayed. A retry whose lease is no longer
@@ -15,6 +17,8 @@
 -- URL. Counted as 'delay_void'.
 local base = KEYS[1]
 local acks, i = read_list(1)
+local writes
+writes, i = recrawl.read_writes(i)
 local now = now_ms()
 local n, void = 0, 0
 while i + 4 <= #ARGV do
@@ -29,8 +33,10 @@ while i + 4 <= #ARGV do
   end
   i = i + 5
 end
--- acknowledged after the requests are safe in the delayed set
-ack_all(base, acks)
+-- acknowledged after the requests are safe in the delayed set, the history
+-- written before
+recrawl.history_write(base, writes, now)
+ack_all(base, acks, now)
 if n > 0 then redis.call('HINCRBY', base .. ':stats', 'delayed', n) end
 if void > 0 then redis.call('HINCRBY', base .. ':stats', 'delay_void', void) end
 return n

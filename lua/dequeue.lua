@@ -20,6 +20,8 @@
 -- ARGV[7]  the id of this client's previous call, whose reply arrived: its
 --          kept reply is deleted ("" for none), so a worker keeps one at most
 -- ARGV[8]  number of lease ids to acknowledge, then the ids
+-- then     number of history writes, then 11 values each (_recrawl.lua
+--          read_writes), applied before the acknowledgements, in this call
 -- then     the epoch id the caller opened the frontier under ("" for no
 --          check) and the highest lease id counter (base:seq) it has seen:
 --          when the epoch record is gone or holds another id, or the counter
@@ -68,6 +70,8 @@ local lease_ms = tonumber(ARGV[2])
 local d_rate, d_burst, d_delay = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local call, previous = ARGV[6], ARGV[7]
 local acks, at = read_list(8)
+local writes
+writes, at = recrawl.read_writes(at)
 local expect_epoch, expect_seq, fencing = ARGV[at] or '', tonumber(ARGV[at + 1]) or 0, ARGV[at + 2] == '1'
 local stats = base .. ':stats'
 local ready = base .. ':ready'
@@ -470,6 +474,7 @@ local function drop_excluded(domain, dkey)
   redis.call('ZREM', ready, domain)
   redis.call('HINCRBY', stats, 'queued', -dropped)
   redis.call('HINCRBY', stats, 'excluded_dropped', dropped)
+  recrawl.recrawl_drop(base, domain)
   return true
 end
 
@@ -579,6 +584,7 @@ if previous ~= '' then redis.call('DEL', base .. ':call:' .. previous) end  -- i
 now = now_ms()
 fenced = fencing and fence(base, now) or 0  -- first: its counter jump keeps the epoch check quiet
 if epoch_lost() then return with_epoch(new_reply()) end
+recrawl.history_write(base, writes, now)
 ack_all(base, acks, now)                     -- 1. acknowledge
 local kept = kept_reply()                    -- 2. replay a retried call
 if kept then return with_epoch(kept) end

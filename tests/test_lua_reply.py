@@ -45,7 +45,7 @@ def test_leases_are_the_last_slots_and_come_in_threes(redis_client: redis.Redis,
     f = Frontier(redis_client, Keys("crawler", "reply", 0), addresses=AddressPoliteness(delay=1.0), clock=clock)
     f.open()
     f.add([Item(bytes([i]) * 32, f"{i}.test", 0, encode_url(f"http://192.0.2.{i}/")) for i in range(1, 4)])
-    reply = f.scripts.dequeue(keys=f.script_keys, args=[10, 1000, 0, 1, 0, "", "", 0, *f.epoch.args(), ""])
+    reply = f.scripts.dequeue(keys=f.script_keys, args=[10, 1000, 0, 1, 0, "", "", 0, 0, *f.epoch.args(), ""])
     assert (len(reply) - Reply.LEASES) == 3 * 3
     assert reply[Reply.NOW] == clock.ms() and reply[Reply.EPOCH].decode() == f.epoch.args()[0]
     assert sorted(reply[Reply.LEASES + 2::3]) == [b"192.0.2.1", b"192.0.2.2", b"192.0.2.3"]

@@ -27,6 +27,19 @@ from crawler.store.frontier import (
     stored_dedup,
 )
 from crawler.store.keys import Keys, LuaScript, Scripts
+from crawler.store.records import (
+    CHANGED,
+    CREATE,
+    DELETE,
+    FIRST,
+    LIES,
+    NOT_MODIFIED_304,
+    UNCHANGED,
+    UPDATE,
+    HistoryWrite,
+    Recrawl,
+    wire_writes,
+)
 from crawler.store.ledger import (
     DEAD,
     DISALLOWED,
@@ -44,8 +57,10 @@ from crawler.store.ledger import (
 )
 from crawler.store.stores import DeadLetter, DeadLetters, DomainLocks, RobotsStore
 
-__all__ = ["DEAD", "DEDUP_MODES", "DISALLOWED", "END_STATES", "ENDS", "LOST", "NOT_MODIFIED", "REDIRECTED", "REPLACED",
-           "REWOUND", "SKIPPED", "STORED", "STORED_ENDS", "UNKNOWN", "VANISHED", "Acknowledgement", "AddResult", "AddressPoliteness",
-           "DeadLetter", "DeadLetters", "Dedup", "DomainLocks", "Epoch", "Frontier", "FrontierConfigError",
-           "FrontierLost", "Item", "Keys", "Leased", "Ledger", "Lookup", "LuaScript", "Politeness", "Reply",
-           "RobotsStore", "Scripts", "TakeResult", "bloom_error_rate", "describe", "stored_dedup"]
+__all__ = ["CHANGED", "CREATE", "DEAD", "DEDUP_MODES", "DELETE", "DISALLOWED", "END_STATES", "ENDS", "FIRST", "LIES",
+           "LOST", "NOT_MODIFIED", "NOT_MODIFIED_304", "REDIRECTED", "REPLACED", "REWOUND", "SKIPPED", "STORED",
+           "STORED_ENDS", "UNCHANGED", "UNKNOWN", "UPDATE", "VANISHED", "Acknowledgement", "AddResult",
+           "AddressPoliteness", "DeadLetter", "DeadLetters", "Dedup", "DomainLocks", "Epoch", "Frontier",
+           "FrontierConfigError", "FrontierLost", "HistoryWrite", "Item", "Keys", "Leased", "Ledger", "Lookup",
+           "LuaScript", "Politeness", "Recrawl", "Reply", "RobotsStore", "Scripts", "TakeResult", "bloom_error_rate",
+           "describe", "stored_dedup", "wire_writes"]

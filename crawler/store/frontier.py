@@ -11,6 +11,13 @@ their domain's queue.
 
 The records the calls take and return are in ``records.py`` (named here
 too); the operators' calls, status and ``clear`` in ``views.py``.
+
+The fetch history (``CRAWLER_RECRAWL``, design/recrawl.md E) rides on the
+acknowledgements: ``take``, ``add`` and ``delay`` send, right after the
+acknowledgement list, the history writes of the acknowledgements that carry
+one (``wire_writes``), which the script applies before it acknowledges, in
+the same call (``lua/_recrawl.lua``); ``open()`` writes the ``Recrawl``
+settings into ``:meta``.
 """
 
 from __future__ import annotations
@@ -36,17 +43,19 @@ from crawler.store.records import (
     Leased,
     Lookup,
     Politeness,
+    Recrawl,
     Reply,
     TakeResult,
     bloom_error_rate,
     stored_dedup,
+    wire_writes,
 )
 from crawler.store.stores import DomainLocks, RobotsStore
 from crawler.store.views import FrontierViews
 
 __all__ = ["DEDUP_MODES", "Acknowledgement", "AddResult", "AddressPoliteness", "Dedup", "Frontier",
-           "FrontierConfigError", "Item", "Leased", "Lookup", "Politeness", "Reply", "TakeResult",
-           "bloom_error_rate", "stored_dedup", "wire_acks"]
+           "FrontierConfigError", "Item", "Leased", "Lookup", "Politeness", "Recrawl", "Reply", "TakeResult",
+           "bloom_error_rate", "stored_dedup", "wire_acks", "wire_writes"]
 
 
 def _is_cluster(client: Any) -> bool:
@@ -86,6 +95,7 @@ class Frontier(FrontierViews):
         addresses: AddressPoliteness | None = None,
         shards: int = 1,
         clock: Clock = SYSTEM,
+        recrawl: Recrawl | None = None,
     ) -> None:
         self.client = client
         self.addresses = addresses or AddressPoliteness()
@@ -106,6 +116,9 @@ class Frontier(FrontierViews):
         self.domain_cap = domain_cap
         self.domain_budget = domain_budget
         self.lease_ms = int(lease_seconds * 1000)
+        # written into :meta by open(); None: the stored settings are left as they are
+        # (an operator's command opening a frontier a crawl is using)
+        self.recrawl = recrawl
         self.scripts = Scripts(client, clock.script_key)
         self.locks = DomainLocks(client, keys, self.scripts)
         self.robots = RobotsStore(client, keys, self.scripts)
@@ -170,6 +183,11 @@ class Frontier(FrontierViews):
         pipe.hset(meta, mapping={"ip_delay": _ms(a.delay * spread), "ip_shared_delay": _ms(a.shared_delay * spread),
                                  "ip_shared_cap": a.shared_cap, "ip_shared_min": a.shared_min,
                                  "dns_ttl": _ms(a.ttl), "dns_nx": a.nx_retries, "dns_claim": _ms(a.claim)})
+        r = self.recrawl
+        if r is not None:  # design/recrawl.md E: ms where the scripts count ms
+            pipe.hset(meta, mapping={"recrawl": r.mode, "rv_min": _ms(r.min), "rv_max": _ms(r.max),
+                                     "rv_share": repr(float(r.share)), "rv_cap": r.max_tracked,
+                                     "rv_domain_cap": r.domain_max, "rv_distrust": _ms(r.distrust)})
         pipe.delete(self.keys.policy_settings)
         if self.overrides:
             pipe.hset(self.keys.policy_settings,
@@ -179,12 +197,14 @@ class Frontier(FrontierViews):
     # --- the hot path ----------------------------------------------------
 
     def add(self, items: Sequence[Item], acks: Iterable[str | Acknowledgement] = ()) -> AddResult:
+        acks = list(acks)
         args: list[Any] = [self.dedup.mode, self.domain_cap, self.domain_budget,
-                           *wire_acks(acks, self.clock.monotonic())]
+                           *wire_acks(acks, self.clock.monotonic()), *wire_writes(acks)]
         for item in items:
             a, b = self.dedup.args(item.digest)
             args += (a, b, item.domain, item.priority, item.entry, "0" if item.dont_filter else "1")
-        added, dups, capped, acked, over, excluded, unseen = self.scripts.enqueue(keys=self.script_keys, args=args)
+        # the reply's 8th slot (history creates refused by a cap) is counted in :stats rv_untracked
+        added, dups, capped, acked, over, excluded, unseen = self.scripts.enqueue(keys=self.script_keys, args=args)[:7]
         return AddResult(added, dups, capped, acked, over, excluded, tuple(unseen))
 
     def drain_inbox(self, n: int = 1000) -> tuple[int, AddResult]:
@@ -204,10 +224,11 @@ class Frontier(FrontierViews):
         copy of that reply kept for a retry is dropped.
         """
         p = self.politeness
+        acks = list(acks)
         reply = self.scripts.dequeue(
             keys=self.script_keys,
             args=[n, self.lease_ms, p.rate, p.burst, _ms(p.delay), call, previous,
-                  *wire_acks(acks, self.clock.monotonic()), *self.epoch.args(), self.fencing],
+                  *wire_acks(acks, self.clock.monotonic()), *wire_writes(acks), *self.epoch.args(), self.fencing],
         )
         fenced = int(reply[Reply.FENCED])
         self.epoch.observe(reply[Reply.EPOCH].decode(), int(reply[Reply.SEQ]), int(reply[Reply.QUEUED]),
@@ -239,7 +260,8 @@ class Frontier(FrontierViews):
         lease is still held (else it is void, as a late acknowledgement is:
         its URL went back to its queue when the lease expired). Returns the
         number parked."""
-        args: list[Any] = wire_acks(acks, self.clock.monotonic())
+        acks = list(acks)
+        args: list[Any] = [*wire_acks(acks, self.clock.monotonic()), *wire_writes(acks)]
         for seconds, domain, prio, entry, *lease in items:
             args += (max(0, _ms(seconds)), domain, prio, entry, (lease[0] if lease else None) or "")
         return int(self.scripts.delay(keys=self.script_keys, args=args))

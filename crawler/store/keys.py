@@ -59,6 +59,21 @@ key (after the base)      type    holds
 ``:dnsq``                 zset    host -> deadline of its claimed lookup
 ``:dnswait:<host>``       set     domains waiting for the host's lookup
 ``:leasea``               hash    lease id -> the address it is charged to
+``:hist:<d>``             hash    fetch history (CRAWLER_RECRAWL): URL key
+                                  ``k`` (52 bits of its digest, decimal) ->
+                                  packed record (crawler/recrawl/record.py)
+``:due:<d>``              zset    ``k`` -> ms the URL is next due (server clock)
+``:rdom:<d>``             hash    ``n`` tracked, ``rc`` revisit credit,
+                                  ``lb<i>`` tracked URLs per rate bin (0..23),
+                                  ``mu`` (a worker's), ``since`` writes since
+                                  ``mu`` was written
+``:rdue``                 zset    domain -> its earliest due ms (the head of
+                                  ``:due:<d>``)
+``:rhost:<h>``            hash    a host's trust: ``etag``, ``lm``, ``all`` (ms
+                                  until which that validator / every
+                                  validator is not sent), ``lies_etag``,
+                                  ``lies_lm``, ``lies_lm_now``, ``ignored``
+                                  (evidence counts)
 ========================  ======  =============================================
 
 Per address, under the *address space*: on a standalone Redis one per
@@ -79,16 +94,23 @@ it as ``KEYS[2]``); on a Redis Cluster, the frontier's own base.
 ``:stats``                hash    ``ip_waiting``, ``ip_moves``, ``dns_*``
 ========================  ======  =============================================
 
-A record is ``"<domain>\\n<priority>\\n<serialized request>"``.
+A record is ``"<domain>\\n<priority>\\n<serialized request>"``. A revisit
+(design/recrawl.md E) is leased as the entry ``V<k>:<trust>:<mu>:<record>``:
+its URL key, the host's trust bits, the domain's ``mu`` (or empty) and its
+packed history, whose tail is the queue entry (``U``/``R``) it was leased as.
+``:meta`` holds the recrawl settings too (``Frontier.open()`` writes them from
+a ``Recrawl``): ``recrawl`` (off, fixed, adaptive), ``rv_min``, ``rv_max``,
+``rv_distrust`` (ms), ``rv_share``, ``rv_cap`` (per shard), ``rv_domain_cap``
+(0: none). History writes ride on acknowledgements (``lua/_recrawl.lua``).
 
 Outside the base, on purpose: ``<prefix>:metrics:{<spider>:<shard>}``
 (string, ``PX`` ttl), the token of the one process exporting the frontier's
 gauges (``crawler/extensions/metrics.py``); clearing the frontier leaves it.
 
 Scripts are registered once per client and called by SHA. Each is sent with
-``_lib.lua`` in front of it; an error Redis reports at ``user_script:<line>``
-is rewritten to name the file and line it came from (``dequeue.lua:52``,
-``_lib.lua:17``). Under a test clock (``crawler/clock.py``:
+``_lib.lua`` then ``_recrawl.lua`` in front of it; an error Redis reports at
+``user_script:<line>`` is rewritten to name the file and line it came from
+(``dequeue.lua:52``, ``_lib.lua:17``, ``_recrawl.lua:40``). Under a test clock (``crawler/clock.py``:
 ``ManualClock``, a standalone Redis only), the line ``local CLOCK_KEY = nil``
 of ``_lib.lua`` is sent naming the clock's key (``crawler:clock`` unless
 given), a string of ms that every script's ``now_ms()`` reads instead of
@@ -196,6 +218,26 @@ class Keys:
     def robots(self, origin: str) -> str:
         return self.key("robots", origin)
 
+    def hist(self, domain: str) -> str:
+        """The fetch history of ``domain``'s tracked URLs."""
+        return self.key("hist", domain)
+
+    def due(self, domain: str) -> str:
+        """When each of ``domain``'s tracked URLs is next due (ms)."""
+        return self.key("due", domain)
+
+    def rdom(self, domain: str) -> str:
+        """``domain``'s revisit state (tracked count, rate bins, credit, mu)."""
+        return self.key("rdom", domain)
+
+    @property
+    def rdue(self) -> str:
+        return self.key("rdue")
+
+    def rhost(self, host: str) -> str:
+        """How far ``host``'s validators are trusted."""
+        return self.key("rhost", host)
+
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this frontier."""
         return _GLOB.sub(r"\\\1", self.base) + ":*"
@@ -234,17 +276,18 @@ def _read(filename: str) -> str:
 
 
 @cache
-def _parts(name: str, flags: bool) -> tuple[str, str, str, int]:
+def _parts(name: str, flags: bool) -> tuple[str, str, str, str, int]:
     """What is sent for ``<name>.lua``: its ``#!lua`` line if any (flags must
     open the script; without ``flags``, for Redis before 7.0, it is left
-    out), ``_lib.lua``, then the rest of the file; and how many lines of the
+    out), ``_lib.lua``, ``_recrawl.lua`` (the fetch history's writes, which
+    call ``_lib.lua``), then the rest of the file; and how many lines of the
     file went ahead of that rest (0 or 1)."""
     body = _read(f"{name}.lua")
     shebang, taken = "", 0
     if body.startswith("#!lua"):
         shebang, _, body = body.partition("\n")
         shebang, taken = shebang + "\n", 1
-    return (shebang if flags else ""), _read("_lib.lua") + "\n", body, taken
+    return (shebang if flags else ""), _read("_lib.lua") + "\n", _read("_recrawl.lua") + "\n", body, taken
 
 
 _NO_CLOCK_KEY = re.compile(r"^local CLOCK_KEY = nil$", re.MULTILINE)
@@ -269,18 +312,21 @@ class LuaScript:
     ``clock_key``, its ``now_ms()`` reads that key (``crawler/clock.py``)."""
 
     def __init__(self, client: redis.Redis, name: str, flags: bool, clock_key: str | None = None) -> None:
-        shebang, lib, body, taken = _parts(name, flags)
+        shebang, lib, rlib, body, taken = _parts(name, flags)
         lib = _with_clock(lib, clock_key)
         self.name = name
-        self.script = client.register_script(shebang + lib + body)
+        self.script = client.register_script(shebang + lib + rlib + body)
         self.lib_from = shebang.count("\n")  # lines sent ahead of _lib.lua
-        self.body_from = self.lib_from + lib.count("\n")  # ... and ahead of the file's own lines
+        self.rlib_from = self.lib_from + lib.count("\n")  # ... ahead of _recrawl.lua
+        self.body_from = self.rlib_from + rlib.count("\n")  # ... and ahead of the file's own lines
         self.taken = taken
 
     def where(self, line: int) -> str:
         """``file.lua:line`` of line ``line`` of the script as sent."""
         if line > self.body_from:
             return f"{self.name}.lua:{line - self.body_from + self.taken}"
+        if line > self.rlib_from:
+            return f"_recrawl.lua:{line - self.rlib_from}"
         return f"_lib.lua:{line - self.lib_from}"
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:

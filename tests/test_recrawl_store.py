@@ -11,6 +11,7 @@ import re
 import struct
 from dataclasses import dataclass
 from hashlib import sha256
+from pathlib import Path
 
 import pytest
 import redis
@@ -32,7 +33,7 @@ from crawler.store import (
     Recrawl,
 )
 from crawler.store.codec import encode_url
-from tests.servers import ROOT
+from tests.servers import ROOT, RedisServer
 
 HOUR = 3600
 START_MS = 1_000_000_000  # the ManualClock's start, 1,000,000 s
@@ -296,6 +297,9 @@ def test_every_new_key_hashes_to_the_bases_slot(redis_client: redis.Redis, clock
     assert {key_slot(n.encode()) for n in names} == {slot}
     written = [k for k in redis_client.keys("*") if k != b"crawler:clock"]
     assert {key_slot(k) for k in written} == {slot}
+    # and clearing the frontier (its keys by pattern; clear.lua needs none of them) takes them too
+    f.clear()
+    assert redis_client.keys("*") == [b"crawler:clock"]
 
 
 def test_a_link_offered_again_leaves_the_record_byte_identical(redis_client: redis.Redis,
@@ -351,3 +355,22 @@ def test_open_writes_the_recrawl_meta_in_ms(redis_client: redis.Redis, clock: Ma
     # a frontier opened without a Recrawl (an operator's command) leaves them
     Frontier(redis_client, Keys("crawler", "t", 0), clock=clock).open()
     assert redis_client.hget("crawler:{t:0}:meta", "recrawl") == b"adaptive"
+
+
+def test_a_redis_restarted_with_aof_keeps_the_history(tmp_path: Path) -> None:
+    server = RedisServer(tmp_path / "aof", "--appendonly", "yes", "--appendfsync", "always").start()
+    try:
+        client = server.client()
+        f = make(client, ManualClock(client))
+        f.add([], acks=[Acked("1", write(CREATE, "http://a.test/1", iv=HOUR, rbin_new=1))])
+        kept = [hist(client, f, "http://a.test/1"), due(client, f, "http://a.test/1"),
+                client.hgetall(f.keys.rdom("a.test")), client.zscore(f.keys.rdue, "a.test")]
+        client.close()
+        server.restart()
+        client = server.client()
+        assert [hist(client, f, "http://a.test/1"), due(client, f, "http://a.test/1"),
+                client.hgetall(f.keys.rdom("a.test")), client.zscore(f.keys.rdue, "a.test")] == kept
+        assert kept[0] is not None and kept[1] is not None
+        client.close()
+    finally:
+        server.stop()

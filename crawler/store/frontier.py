@@ -221,7 +221,9 @@ class Frontier(FrontierViews):
         ``call`` names this call: sent again with the same name after an
         error, it returns the first call's leases instead of taking more.
         ``previous`` names the caller's last call whose reply arrived: the
-        copy of that reply kept for a retry is dropped.
+        copy of that reply kept for a retry is dropped. The history writes
+        the acknowledgements carry (``write``) are applied before them, in
+        this call (so are ``add``'s and ``delay``'s).
         """
         p = self.politeness
         acks = list(acks)

@@ -16,6 +16,12 @@ What a ``sum()`` over processes means:
   ``EXPORTER_TTL_MS``) another process with metrics takes over. Every
   process exports ``crawler_frontier_exporter`` (1 in the holder, 0 in the
   others), so sums are right per spider and shard;
+- among them, recrawling's (``crawler_frontier_recrawl_*``, CRAWLER_RECRAWL;
+  ``Frontier.recrawl_status``): tracked URLs, domains overdue, the revisit
+  lag, the 304 share of revisits, lying hosts (a SCAN of at most
+  ``RECRAWL_SCAN_CALLS`` calls per scrape: a lower bound past it), and as
+  counters the frontier's own ``_bytes_saved_total`` and
+  ``_untracked_total``; all 0 with recrawl off;
 - ``crawler_fetch_duration_seconds``: from the download handler's start
   (connection, TLS, request) to the last byte of the body, per response; a
   response whose handler sent no ``headers_received`` signal after setting
@@ -109,6 +115,27 @@ ADDRESS_GAUGES: dict[str, str] = {
     "domains_resolving": "Names being looked up for the frontier",
     "shared": "Addresses found to be shared front ends",
 }
+
+#: recrawling (CRAWLER_RECRAWL), from ``Frontier.recrawl_status``: name -> (its key there, help); 0 when off
+RECRAWL_GAUGES: dict[str, tuple[str, str]] = {
+    "crawler_frontier_recrawl_tracked": ("tracked", "URLs with a fetch history, revisited on their schedule"),
+    "crawler_frontier_recrawl_domains_overdue": ("domains_overdue", "Domains whose first revisit is due or past due"),
+    "crawler_frontier_recrawl_lag_seconds": ("lag_seconds", "How long the most overdue domain's first revisit "
+                                             "has been due, seconds (0: none overdue)"),
+    "crawler_frontier_recrawl_not_modified_share": ("not_modified_share", "Share of the revisits answered that "
+                                                    "were 304 Not Modified"),
+    "crawler_frontier_recrawl_hosts_lying": ("hosts_lying", "Hosts with a validator (ETag, Last-Modified) not sent "
+                                             "because they were caught lying about it"),
+}
+#: the frontier's recrawl counters (monotonic in its ``:stats``): name without _total -> (key, help)
+RECRAWL_COUNTERS: dict[str, tuple[str, str]] = {
+    "crawler_frontier_recrawl_bytes_saved": ("bytes_saved", "Body bytes revisits did not download or store "
+                                             "(304s and identical payloads)"),
+    "crawler_frontier_recrawl_untracked": ("untracked", "URLs fetched once without a history: a cap "
+                                           "(CRAWLER_RECRAWL_MAX_TRACKED, _DOMAIN_MAX) was reached"),
+}
+#: SCAN calls one scrape spends at most looking for lying hosts (a lower bound past it)
+RECRAWL_SCAN_CALLS = 100
 
 #: fetch duration buckets, seconds: a fast local page to a slow one near DOWNLOAD_TIMEOUT
 FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0, float("inf"))
@@ -272,6 +299,18 @@ class _Collector:
             gauge = GaugeMetricFamily(f"crawler_frontier_{key}", text, labels=names)
             gauge.add_metric(self.labels, float(status[key]))
             yield gauge
+        try:
+            recrawl = self.frontier.recrawl_status(top=0, scan_calls=RECRAWL_SCAN_CALLS)
+        except _REDIS_ERRORS:
+            return
+        for name, (key, text) in RECRAWL_GAUGES.items():
+            gauge = GaugeMetricFamily(name, f"{text} (exported by one process per frontier)", labels=names)
+            gauge.add_metric(self.labels, float(recrawl[key]))
+            yield gauge
+        for name, (key, text) in RECRAWL_COUNTERS.items():
+            counter = CounterMetricFamily(name, f"{text} (exported by one process per frontier)", labels=names)
+            counter.add_metric(self.labels, float(recrawl[key]))
+            yield counter
         try:
             addresses = self.frontier.addresses_status()
         except _REDIS_ERRORS:

@@ -20,7 +20,7 @@ from prometheus_client import generate_latest
 from crawler import serializers
 from crawler.clock import ManualClock
 from crawler.commands.frontier import span
-from crawler.extensions.metrics import FrontierExporter, MetricsExtension, exporter_key
+from crawler.extensions.metrics import FrontierExporter, HostSweep, MetricsExtension, exporter_key
 from crawler.recrawl.record import History, Refers, pack
 from crawler.store import Frontier, Keys
 from tests.servers import ROOT, crawler_for, scrapy_env
@@ -250,3 +250,33 @@ def test_the_recrawl_page_stands_alone() -> None:
     for heading in ("## Settings", "## Benchmark", "crawler_not_modified", "handle_httpstatus_list",
                     "crawler_recrawl", "WARC-Refers-To-Target-URI", "hash-max-listpack-value"):
         assert heading in page, heading
+
+
+def test_the_gauges_sweep_for_lying_hosts_over_scrapes(redis_client: redis.Redis, clock: ManualClock) -> None:
+    """On a Redis of many keys the lying hosts are found by a SCAN spread over
+    the scrapes; once a sweep has gone round the count is whole, and a host
+    whose record is gone drops out at the next round."""
+    now = clock.ms()
+    seed(redis_client, now)
+    pipe = redis_client.pipeline(transaction=False)
+    for i in range(30_000):
+        pipe.set(f"filler:{i}", 1)
+    pipe.execute()
+    frontier = Frontier(redis_client, KEYS, clock=clock)
+    sweep = HostSweep(calls=5)  # 5 SCAN calls of COUNT 1000 a step: about 5,000 of the 30,000 keys
+    rounds = 0
+    while True:
+        sweep.step(frontier)
+        rounds += 1
+        if not sweep.cursor:
+            break
+        assert len(Frontier.lying(sweep.hosts, now)) <= 2
+    assert rounds > 1
+    assert [h["host"] for h in Frontier.lying(sweep.hosts, now)] == ["b.test", "www.a.test"]
+    redis_client.delete(f"{B}:rhost:b.test")
+    sweep.step(frontier)
+    while sweep.cursor:
+        sweep.step(frontier)
+    assert [h["host"] for h in Frontier.lying(sweep.hosts, now)] == ["www.a.test"]
+    # the view counts from what a caller swept, without a scan of its own
+    assert frontier.recrawl_status(hosts=sweep.hosts)["hosts_lying"] == 1

@@ -18,8 +18,8 @@ What a ``sum()`` over processes means:
   others), so sums are right per spider and shard;
 - among them, recrawling's (``crawler_frontier_recrawl_*``, CRAWLER_RECRAWL;
   ``Frontier.recrawl_status``): tracked URLs, domains overdue, the revisit
-  lag, the 304 share of revisits, lying hosts (a SCAN of at most
-  ``RECRAWL_SCAN_CALLS`` calls per scrape: a lower bound past it), and as
+  lag, the 304 share of revisits, lying hosts (:class:`HostSweep`: a SCAN
+  spread over the scrapes, ``RECRAWL_SCAN_CALLS`` calls each), and as
   counters the frontier's own ``_bytes_saved_total`` and
   ``_untracked_total``; all 0 with recrawl off;
 - ``crawler_fetch_duration_seconds``: from the download handler's start
@@ -134,7 +134,7 @@ RECRAWL_COUNTERS: dict[str, tuple[str, str]] = {
     "crawler_frontier_recrawl_untracked": ("untracked", "URLs fetched once without a history: a cap "
                                            "(CRAWLER_RECRAWL_MAX_TRACKED, _DOMAIN_MAX) was reached"),
 }
-#: SCAN calls one scrape spends at most looking for lying hosts (a lower bound past it)
+#: SCAN calls (COUNT 1000) one scrape spends at most on the sweep for lying hosts (:class:`HostSweep`)
 RECRAWL_SCAN_CALLS = 100
 
 #: fetch duration buckets, seconds: a fast local page to a slow one near DOWNLOAD_TIMEOUT
@@ -241,6 +241,34 @@ class _Election(threading.Thread):
             pass
 
 
+class HostSweep:
+    """The hosts' trust records (``:rhost:<h>``) for the lying-hosts gauge,
+    swept :data:`RECRAWL_SCAN_CALLS` SCAN calls a scrape, so that a scrape
+    of a frontier on a Redis of millions of keys stays short. The gauge
+    counts what the last full sweep found, updated by the sweep under way
+    (a lower bound until the first sweep has gone round; on a small Redis a
+    sweep goes round in one scrape). No sweep while recrawling is off and
+    nothing is tracked."""
+
+    def __init__(self, calls: int = RECRAWL_SCAN_CALLS) -> None:
+        self.calls = calls
+        self.started = False
+        self.cursor = 0
+        self.sweeping: dict[str, dict[str, Any]] = {}
+        self.swept: dict[str, dict[str, Any]] = {}
+
+    @property
+    def hosts(self) -> dict[str, dict[str, Any]]:
+        return {**self.swept, **self.sweeping}
+
+    def step(self, frontier: Frontier) -> None:
+        self.started = True
+        self.cursor, found = frontier.scan_hosts(self.cursor, self.calls)
+        self.sweeping.update(found)
+        if not self.cursor:  # round: what it found is the whole, hosts gone since drop out
+            self.swept, self.sweeping = self.sweeping, {}
+
+
 class _Collector:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -248,6 +276,7 @@ class _Collector:
         self.exporter: FrontierExporter | None = None
         self.frontier: Frontier | None = None
         self.probe: LoopLagProbe | None = None
+        self.hosts = HostSweep()
 
     def collect(self) -> Iterator[Any]:
         stats = self.crawler.stats.get_stats() if self.crawler.stats else {}
@@ -300,7 +329,14 @@ class _Collector:
             gauge.add_metric(self.labels, float(status[key]))
             yield gauge
         try:
-            recrawl = self.frontier.recrawl_status(top=0, scan_calls=RECRAWL_SCAN_CALLS)
+            recrawl = self.frontier.recrawl_status(top=0, hosts=self.hosts.hosts)
+            if recrawl.get("tracked") or recrawl.get("domains_tracked") or recrawl.get("mode", "off") != "off":
+                first = not self.hosts.started
+                self.hosts.step(self.frontier)  # for the next scrape; the first one's own
+                if first:
+                    recrawl = self.frontier.recrawl_status(top=0, hosts=self.hosts.hosts)
+            elif self.hosts.started:
+                self.hosts = HostSweep()  # recrawling off and nothing tracked: nothing to sweep
         except _REDIS_ERRORS:
             return
         for name, (key, text) in RECRAWL_GAUGES.items():

@@ -133,7 +133,8 @@ class FrontierViews:
             "domains_per_address": {name: n for (name, _, _), n in zip(buckets, spread)},
         }
 
-    def recrawl_status(self, top: int = 10, scan_calls: int = RHOST_SCAN_CALLS) -> dict[str, Any]:
+    def recrawl_status(self, top: int = 10, scan_calls: int = RHOST_SCAN_CALLS,
+                       hosts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
         """Recrawling as it stands on this shard (read only):
 
         - ``mode`` (``:meta recrawl``; ``off`` when absent: a frontier made
@@ -155,7 +156,10 @@ class FrontierViews:
           evidence (``lying``: host, ``distrusted`` validator -> seconds
           left, ``evidence`` counts); ``hosts_scanned_all`` is False when
           the SCAN stopped after ``scan_calls`` calls (then it is a lower
-          bound). No SCAN when recrawl is off and nothing is tracked.
+          bound). No SCAN when recrawl is off and nothing is tracked, nor
+          when ``hosts`` (what :meth:`scan_hosts` found, swept by the
+          caller: the metrics exporter spreads its scan over its scrapes)
+          is given.
         """
         now = self.clock.server_ms(self.client)
         k = self.keys
@@ -182,30 +186,33 @@ class FrontierViews:
                    lag_seconds=round(max(0, now - int(head[0][1])) / 1000, 3) if head else 0.0)
         if mode == "off" and not out["tracked"] and not domains:
             out.update(hosts_lying=0, hosts_scanned_all=True, lying=[])
+        elif hosts is not None:
+            lying = self.lying(hosts, now)
+            out.update(hosts_lying=len(lying), hosts_scanned_all=True, lying=lying[:max(0, top)])
         else:
             out.update(self._lying_hosts(now, top, scan_calls))
         return out
 
-    def _lying_hosts(self, now: int, top: int, scan_calls: int) -> dict[str, Any]:
-        """The hosts with a validator distrusted until after ``now`` (``:rhost:<h>``)."""
+    def scan_hosts(self, cursor: int = 0, calls: int = RHOST_SCAN_CALLS) -> tuple[int, dict[str, dict[str, Any]]]:
+        """A stretch of at most ``calls`` SCAN calls (COUNT 1000) over the
+        hosts' trust records (``:rhost:<h>``) from ``cursor``: the cursor to
+        go on from (0: the scan went round) and, for each host met, its
+        ``until`` (validator -> ms it is distrusted until, the fields set)
+        and ``evidence`` (the counts not 0). A SCAN may meet a key twice.
+        On a Redis Cluster client the scan goes round in one stretch."""
         pattern = self.keys.pattern()[:-1] + "rhost:*"  # the base, glob-escaped
         skip = len(self.keys.key("rhost", ""))
         found: list[bytes] = []
-        complete = True
         if isinstance(self.client, redis.Redis):
-            cursor, calls = 0, 0
-            while True:
+            for _ in range(max(1, calls)):
                 cursor, keys = self.client.scan(cursor, match=pattern, count=1000)
+                cursor = int(cursor)
                 found += keys
-                calls += 1
-                if not int(cursor):
-                    break
-                if calls >= scan_calls:
-                    complete = False
+                if not cursor:
                     break
         else:  # a Redis Cluster client walks its nodes itself
-            found = list(self.client.scan_iter(match=pattern, count=1000))
-        lying: list[dict[str, Any]] = []
+            found, cursor = list(self.client.scan_iter(match=pattern, count=1000)), 0
+        hosts: dict[str, dict[str, Any]] = {}
         fields = (*DISTRUST_FIELDS, *EVIDENCE_FIELDS)
         for i in range(0, len(found), 500):
             pipe = self.client.pipeline(transaction=False)
@@ -213,14 +220,28 @@ class FrontierViews:
                 pipe.hmget(key, *fields)
             for key, values in zip(found[i:i + 500], pipe.execute()):
                 numbers = [int(float(v)) if v else 0 for v in values]
-                until = dict(zip(DISTRUST_FIELDS, numbers))
-                distrusted = {f: round((ms - now) / 1000) for f, ms in until.items() if ms > now}
-                if distrusted:
-                    evidence = {f: n for f, n in zip(EVIDENCE_FIELDS, numbers[len(DISTRUST_FIELDS):]) if n}
-                    lying.append({"host": key[skip:].decode(errors="replace"), "distrusted": distrusted,
-                                  "evidence": evidence})
-        lying.sort(key=lambda h: (-sum(h["evidence"].values()), -max(h["distrusted"].values()), h["host"]))
-        return {"hosts_lying": len(lying), "hosts_scanned_all": complete, "lying": lying[:max(0, top)]}
+                hosts[key[skip:].decode(errors="replace")] = {
+                    "until": {f: ms for f, ms in zip(DISTRUST_FIELDS, numbers) if ms},
+                    "evidence": {f: n for f, n in zip(EVIDENCE_FIELDS, numbers[len(DISTRUST_FIELDS):]) if n}}
+        return cursor, hosts
+
+    @staticmethod
+    def lying(hosts: dict[str, dict[str, Any]], now: int) -> list[dict[str, Any]]:
+        """The hosts of :meth:`scan_hosts` with a validator distrusted after
+        ``now`` (ms): ``host``, ``distrusted`` (validator -> seconds left)
+        and ``evidence``, the most evidence first."""
+        out = []
+        for host, trust in hosts.items():
+            distrusted = {f: round((ms - now) / 1000) for f, ms in trust["until"].items() if ms > now}
+            if distrusted:
+                out.append({"host": host, "distrusted": distrusted, "evidence": trust["evidence"]})
+        out.sort(key=lambda h: (-sum(h["evidence"].values()), -max(h["distrusted"].values()), h["host"]))
+        return out
+
+    def _lying_hosts(self, now: int, top: int, scan_calls: int) -> dict[str, Any]:
+        cursor, hosts = self.scan_hosts(0, scan_calls)
+        lying = self.lying(hosts, now)
+        return {"hosts_lying": len(lying), "hosts_scanned_all": not cursor, "lying": lying[:max(0, top)]}
 
     def recrawl_urls(self, domain: str, limit: int = 100) -> dict[str, Any]:
         """``domain``'s tracked URLs (``HSCAN :hist:<d>``, at most ``limit``;

@@ -152,6 +152,7 @@ def metric_families() -> list[Any]:
     recrawl = {key: 0 for key, _ in (*metrics.RECRAWL_GAUGES.values(), *metrics.RECRAWL_COUNTERS.values())}
     ext.collector.frontier = SimpleNamespace(status=lambda: dict.fromkeys(metrics.FRONTIER_GAUGES, 0),
                                              recrawl_status=lambda **_: recrawl,
+                                             scan_hosts=lambda *_: (0, {}),
                                              addresses_status=lambda: addresses)
     ext.fetch_seconds.labels("spider", "0")
     return [f for f in ext.registry.collect() if f.name.startswith("crawler_")]

@@ -3,6 +3,15 @@
     scrapy frontier billion                 # every shard found in Redis
     scrapy frontier billion --shard 3 --json
     scrapy frontier billion --watch 5       # refresh every 5 seconds
+    scrapy frontier billion --recrawl example.com --limit 50   # a domain's tracked URLs
+
+The report's ``recrawl`` block (``CRAWLER_RECRAWL``; docs/recrawl.md) is
+``Frontier.recrawl_status()``: the mode, tracked URLs of those seen, the
+domains overdue and due soon, the revisit lag, what revisits found (changed,
+unchanged, 304s and their share, bytes saved), URLs left untracked by a cap,
+early skips (which must stay 0), expired revisit leases and the hosts caught
+lying about their validators. ``--recrawl <domain>`` lists the domain's
+tracked URLs (``Frontier.recrawl_urls()``), the most overdue first.
 """
 
 from __future__ import annotations
@@ -20,6 +29,12 @@ from crawler.commands._frontier import add_frontier_options, open_frontiers
 from crawler.store import DeadLetters
 from crawler.store import Frontier
 from crawler.store import Ledger, describe
+
+#: what a distrusted validator means for the requests to the host (``:rhost:<h>`` fields)
+DISTRUSTED = {"etag": "no If-None-Match", "lm": "no If-Modified-Since", "all": "no validators"}
+#: the evidence against a host (``:rhost:<h>`` fields)
+EVIDENCE = {"lies_etag": "frozen ETag", "lies_lm": "frozen Last-Modified", "lies_lm_now": "Last-Modified always now",
+            "ignored": "conditionals ignored"}
 
 
 def report(frontier: Frontier) -> dict[str, Any]:
@@ -60,6 +75,10 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "redis_out_of_memory": bool(memory.get("maxmemory")) and memory["used_memory"] >= memory["maxmemory"],
         "oom_dropped": counters.get("oom_dropped", 0),
         "ledger": Ledger.from_status({**status, "counters": counters}).as_dict(),
+        # revisits admitted again (CRAWLER_RECRAWL): admitted = seen + revisits
+        "revisits": counters.get("revisits", 0),
+        # recrawling (CRAWLER_RECRAWL): the schedule and what revisits found; mode "off", tracked 0 when off
+        "recrawl": frontier.recrawl_status(),
         # per-address politeness (CRAWLER_IP_DELAY); None when off
         "addresses": frontier.addresses_status(),
         # what CRAWLER_SITEMAPS found and dropped, and why (crawler/middlewares/sitemaps.py)
@@ -80,7 +99,7 @@ def text(r: dict[str, Any]) -> str:
         f"  leases        {r['leases']} held, {r['leases_expired']} expired"
         + (f"; {r['failover_fences']} failovers fenced (every domain held one full delay)"
            if r.get("failover_fences") else ""),
-        f"  ledger        {describe(r['ledger'])}",
+        f"  ledger        {_ledger_line(r)}",
         f"  dead letters  {dead}",
         f"  robots.txt    {r['robots_disallowed']} requests refused by a Disallow, {r['robots_postponed']} "
         f"postponed while their robots.txt was unreachable (they wait in 'delayed')",
@@ -92,10 +111,93 @@ def text(r: dict[str, Any]) -> str:
         + (f" -- OUT OF MEMORY: new URLs are dropped ({r['oom_dropped']} so far)"
            if r["redis_out_of_memory"] or r["oom_dropped"] else ""),
     ]
+    if r.get("recrawl"):
+        lines += _recrawl_lines(r["recrawl"])
     if sitemaps:
         lines.append(_sitemaps_line(sitemaps))
     if r.get("addresses"):
         lines += _addresses_lines(r["addresses"])
+    return "\n".join(lines)
+
+
+def _ledger_line(r: dict[str, Any]) -> str:
+    """The ledger, with the admissions split into new URLs and revisits when there are revisits."""
+    line = describe(r["ledger"])
+    revisits = r.get("revisits", 0)
+    if revisits:
+        admitted = f"{r['ledger']['admitted']} admitted"
+        line = line.replace(admitted, f"{admitted} ({r['ledger']['admitted'] - revisits} new + {revisits} revisits)", 1)
+    return line
+
+
+def span(seconds: float) -> str:
+    """A duration, short: 42s, 3.5m, 1.2h, 2.0d."""
+    size = abs(seconds)
+    sign = "-" if seconds < 0 else ""
+    if size < 60:
+        return f"{sign}{size:.0f}s"
+    if size < 3600:
+        return f"{sign}{size / 60:.1f}m"
+    if size < 86400:
+        return f"{sign}{size / 3600:.1f}h"
+    return f"{sign}{size / 86400:.1f}d"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def _recrawl_lines(rc: dict[str, Any]) -> list[str]:
+    """The recrawl block: schedule, what the revisits found, tracking, lying hosts."""
+    tracked = f"tracked {rc['tracked']} of {rc['seen']} seen"
+    if rc["mode"] == "off":
+        if not rc["tracked"]:
+            return [f"  recrawl       off: {tracked}; these URLs are not revisited (a frontier crawled with "
+                    "CRAWLER_RECRAWL off keeps no fetch history)"]
+        return [f"  recrawl       off: {tracked}; their history is kept but not served (run with "
+                "CRAWLER_RECRAWL=fixed or adaptive to resume)"]
+    lines = [f"  recrawl       {rc['mode']}: {tracked} in {rc['domains_tracked']} domains; "
+             f"{rc['domains_overdue']} domains overdue (lag {rc['lag_seconds']:.1f}s), "
+             f"{rc['due_within_hour']} due within 1 h, {rc['due_within_day']} within 1 d"]
+    answered = rc["changed"] + rc["unchanged"] + rc["not_modified"]
+    lines.append(f"  revisits      {rc['revisits']} admitted, {rc['visits']} visits written: {rc['changed']} changed, "
+                 f"{rc['unchanged']} unchanged, {rc['not_modified']} not modified (304: "
+                 f"{rc['not_modified_share']:.1%} of {answered} answered); {_size(rc['bytes_saved'])} of bodies saved; "
+                 f"{rc['expired']} revisit leases expired")
+    by = ", ".join(f"{n} {why}" for why, n in rc["untracked_by"].items())
+    early = f"{rc['early']} early skips" + (" (should stay 0: a revisit came due before CRAWLER_RECRAWL_MIN)"
+                                            if rc["early"] else "")
+    lines.append(f"  tracking      {rc['created']} created, {rc['deleted']} deleted, {rc['refetched']} refetched; "
+                 f"{rc['untracked']} untracked at a cap{f' ({by})' if by else ''}; {early}"
+                 + (f"; {rc['orphans']} orphan writes" if rc["orphans"] else ""))
+    some = "" if rc["hosts_scanned_all"] else "at least "
+    lines.append(f"  lying hosts   {some}{rc['hosts_lying']}"
+                 + (f" (lies: {', '.join(f'{n} {kind}' for kind, n in rc['lies'].items())})" if rc["lies"] else ""))
+    for host in rc["lying"]:
+        distrusted = ", ".join(f"{DISTRUSTED.get(f, f)} for {span(s)}" for f, s in sorted(host["distrusted"].items()))
+        evidence = ", ".join(f"{n} {EVIDENCE.get(f, f)}" for f, n in host["evidence"].items()) or "none counted"
+        lines.append(f"  lying host    {host['host']}: {distrusted}; evidence: {evidence}")
+    return lines
+
+
+def recrawl_text(listing: dict[str, Any], shard: int) -> str:
+    """``--recrawl <domain>``: its tracked URLs, one a line."""
+    lines = [f"{listing['domain']} (shard {shard}): {listing['tracked']} tracked URLs, {listing['listed']} listed"]
+    if listing["urls"]:
+        lines.append(f"  {'due':>8}  {'last visit (UTC)':19}  {'interval':>8}  {'n/X':>7}  {'rate/day':>8}  url")
+    for u in listing["urls"]:
+        due = "-" if u["due_in"] is None else span(u["due_in"])
+        if u.get("error"):
+            lines.append(f"  {due:>8}  (record {u['k']} unreadable: {u['error']})")
+            continue
+        last = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(u["last"])) if u["last"] else "-"
+        rate = "-" if u["rate"] is None else f"{u['rate']:.3g}"
+        flags = f" [{', '.join(u['flags'])}]" if u["flags"] else ""
+        lines.append(f"  {due:>8}  {last:19}  {span(u['interval']):>8}  {u['visits']:>3}/{u['changes']:<3}  "
+                     f"{rate:>8}  {u['url']}{flags}")
     return "\n".join(lines)
 
 
@@ -132,7 +234,7 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "<spider> [--shard N] [--json] [--watch SECONDS]"
+        return "<spider> [--shard N] [--json] [--watch SECONDS] [--recrawl DOMAIN [--limit N]]"
 
     def short_desc(self) -> str:
         return "Show the state of a spider's frontier(s)"
@@ -142,25 +244,58 @@ class Command(ScrapyCommand):
         add_frontier_options(parser)
         parser.add_argument("--json", action="store_true", help="one JSON document per refresh")
         parser.add_argument("--watch", type=float, default=0, metavar="SECONDS", help="refresh every SECONDS")
+        parser.add_argument("--recrawl", metavar="DOMAIN", default=None,
+                            help="list DOMAIN's tracked URLs (CRAWLER_RECRAWL): due, last visit, interval, "
+                                 "visits/changes, estimated changes a day")
+        parser.add_argument("--limit", type=int, default=100, metavar="N",
+                            help="with --recrawl: list at most N URLs (default 100)")
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) != 1:
             raise UsageError("give exactly one spider name")
         if opts.watch < 0:
             raise UsageError(f"--watch must be > 0, got {opts.watch:g}", print_help=False)
+        if opts.limit < 0:
+            raise UsageError(f"--limit must be >= 0, got {opts.limit}", print_help=False)
         assert self.settings is not None
         frontiers = open_frontiers(self.settings, args[0], opts.shard, every_shard=True)
         while True:
-            reports = [report(f) for f in frontiers]
-            if opts.json:
-                print(json.dumps(reports if opts.shard is None else reports[0]), flush=True)
+            if opts.recrawl is not None:
+                self.list_recrawl(frontiers, opts)
             else:
-                if opts.watch:
-                    print(f"\n{time.strftime('%H:%M:%S')}", flush=True)
-                print("\n".join(text(r) for r in reports), flush=True)
+                self.show(frontiers, opts)
             if not opts.watch:
                 return
             try:
                 time.sleep(opts.watch)
             except KeyboardInterrupt:
                 sys.exit(0)
+
+    @staticmethod
+    def list_recrawl(frontiers: list[Frontier], opts: argparse.Namespace) -> None:
+        domain = opts.recrawl.strip().lower()
+        listings = [(f.keys.shard, f.recrawl_urls(domain, opts.limit)) for f in frontiers]
+        found = [(shard, listing) for shard, listing in listings if listing["tracked"]] or listings[:1]
+        if opts.json:
+            docs = [{"shard": shard, **listing} for shard, listing in found]
+            print(json.dumps(docs if opts.shard is None else docs[0]), flush=True)
+            return
+        if opts.watch:
+            print(f"\n{time.strftime('%H:%M:%S')}", flush=True)
+        for shard, listing in found:
+            print(recrawl_text(listing, shard), flush=True)
+            if not listing["tracked"]:
+                mode = frontiers[0].client.hget(frontiers[0].keys.meta, "recrawl") or b"off"
+                print(f"  no tracked URL of {domain} (recrawl {mode.decode()}"
+                      + (": a frontier crawled with CRAWLER_RECRAWL off keeps no fetch history; its URLs are "
+                         "not revisited)" if mode == b"off" else ")"), flush=True)
+
+    @staticmethod
+    def show(frontiers: list[Frontier], opts: argparse.Namespace) -> None:
+        reports = [report(f) for f in frontiers]
+        if opts.json:
+            print(json.dumps(reports if opts.shard is None else reports[0]), flush=True)
+            return
+        if opts.watch:
+            print(f"\n{time.strftime('%H:%M:%S')}", flush=True)
+        print("\n".join(text(r) for r in reports), flush=True)

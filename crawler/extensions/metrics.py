@@ -16,6 +16,12 @@ What a ``sum()`` over processes means:
   ``EXPORTER_TTL_MS``) another process with metrics takes over. Every
   process exports ``crawler_frontier_exporter`` (1 in the holder, 0 in the
   others), so sums are right per spider and shard;
+- among them, recrawling's (``crawler_frontier_recrawl_*``, CRAWLER_RECRAWL;
+  ``Frontier.recrawl_status``): tracked URLs, domains overdue, the revisit
+  lag, the 304 share of revisits, lying hosts (:class:`HostSweep`: a SCAN
+  spread over the scrapes, ``RECRAWL_SCAN_CALLS`` calls each), and as
+  counters the frontier's own ``_bytes_saved_total`` and
+  ``_untracked_total``; all 0 with recrawl off;
 - ``crawler_fetch_duration_seconds``: from the download handler's start
   (connection, TLS, request) to the last byte of the body, per response; a
   response whose handler sent no ``headers_received`` signal after setting
@@ -109,6 +115,27 @@ ADDRESS_GAUGES: dict[str, str] = {
     "domains_resolving": "Names being looked up for the frontier",
     "shared": "Addresses found to be shared front ends",
 }
+
+#: recrawling (CRAWLER_RECRAWL), from ``Frontier.recrawl_status``: name -> (its key there, help); 0 when off
+RECRAWL_GAUGES: dict[str, tuple[str, str]] = {
+    "crawler_frontier_recrawl_tracked": ("tracked", "URLs with a fetch history, revisited on their schedule"),
+    "crawler_frontier_recrawl_domains_overdue": ("domains_overdue", "Domains whose first revisit is due or past due"),
+    "crawler_frontier_recrawl_lag_seconds": ("lag_seconds", "How long the most overdue domain's first revisit "
+                                             "has been due, seconds (0: none overdue)"),
+    "crawler_frontier_recrawl_not_modified_share": ("not_modified_share", "Share of the revisits answered that "
+                                                    "were 304 Not Modified"),
+    "crawler_frontier_recrawl_hosts_lying": ("hosts_lying", "Hosts with a validator (ETag, Last-Modified) not sent "
+                                             "because they were caught lying about it"),
+}
+#: the frontier's recrawl counters (monotonic in its ``:stats``): name without _total -> (key, help)
+RECRAWL_COUNTERS: dict[str, tuple[str, str]] = {
+    "crawler_frontier_recrawl_bytes_saved": ("bytes_saved", "Body bytes revisits did not download or store "
+                                             "(304s and identical payloads)"),
+    "crawler_frontier_recrawl_untracked": ("untracked", "URLs fetched once without a history: a cap "
+                                           "(CRAWLER_RECRAWL_MAX_TRACKED, _DOMAIN_MAX) was reached"),
+}
+#: SCAN calls (COUNT 1000) one scrape spends at most on the sweep for lying hosts (:class:`HostSweep`)
+RECRAWL_SCAN_CALLS = 100
 
 #: fetch duration buckets, seconds: a fast local page to a slow one near DOWNLOAD_TIMEOUT
 FETCH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0, float("inf"))
@@ -214,6 +241,34 @@ class _Election(threading.Thread):
             pass
 
 
+class HostSweep:
+    """The hosts' trust records (``:rhost:<h>``) for the lying-hosts gauge,
+    swept :data:`RECRAWL_SCAN_CALLS` SCAN calls a scrape, so that a scrape
+    of a frontier on a Redis of millions of keys stays short. The gauge
+    counts what the last full sweep found, updated by the sweep under way
+    (a lower bound until the first sweep has gone round; on a small Redis a
+    sweep goes round in one scrape). No sweep while recrawling is off and
+    nothing is tracked."""
+
+    def __init__(self, calls: int = RECRAWL_SCAN_CALLS) -> None:
+        self.calls = calls
+        self.started = False
+        self.cursor = 0
+        self.sweeping: dict[str, dict[str, Any]] = {}
+        self.swept: dict[str, dict[str, Any]] = {}
+
+    @property
+    def hosts(self) -> dict[str, dict[str, Any]]:
+        return {**self.swept, **self.sweeping}
+
+    def step(self, frontier: Frontier) -> None:
+        self.started = True
+        self.cursor, found = frontier.scan_hosts(self.cursor, self.calls)
+        self.sweeping.update(found)
+        if not self.cursor:  # round: what it found is the whole, hosts gone since drop out
+            self.swept, self.sweeping = self.sweeping, {}
+
+
 class _Collector:
     def __init__(self, crawler: Crawler) -> None:
         self.crawler = crawler
@@ -221,6 +276,7 @@ class _Collector:
         self.exporter: FrontierExporter | None = None
         self.frontier: Frontier | None = None
         self.probe: LoopLagProbe | None = None
+        self.hosts = HostSweep()
 
     def collect(self) -> Iterator[Any]:
         stats = self.crawler.stats.get_stats() if self.crawler.stats else {}
@@ -272,6 +328,25 @@ class _Collector:
             gauge = GaugeMetricFamily(f"crawler_frontier_{key}", text, labels=names)
             gauge.add_metric(self.labels, float(status[key]))
             yield gauge
+        try:
+            recrawl = self.frontier.recrawl_status(top=0, hosts=self.hosts.hosts)
+            if recrawl.get("tracked") or recrawl.get("domains_tracked") or recrawl.get("mode", "off") != "off":
+                first = not self.hosts.started
+                self.hosts.step(self.frontier)  # for the next scrape; the first one's own
+                if first:
+                    recrawl = self.frontier.recrawl_status(top=0, hosts=self.hosts.hosts)
+            elif self.hosts.started:
+                self.hosts = HostSweep()  # recrawling off and nothing tracked: nothing to sweep
+        except _REDIS_ERRORS:
+            return
+        for name, (key, text) in RECRAWL_GAUGES.items():
+            gauge = GaugeMetricFamily(name, f"{text} (exported by one process per frontier)", labels=names)
+            gauge.add_metric(self.labels, float(recrawl[key]))
+            yield gauge
+        for name, (key, text) in RECRAWL_COUNTERS.items():
+            counter = CounterMetricFamily(name, f"{text} (exported by one process per frontier)", labels=names)
+            counter.add_metric(self.labels, float(recrawl[key]))
+            yield counter
         try:
             addresses = self.frontier.addresses_status()
         except _REDIS_ERRORS:

@@ -1,19 +1,49 @@
 """The frontier as operators and the session's slow paths see it: live
 policy edits and exclusions, status and counters, whether it holds work, and
 clearing it. The hot path (add, take, delay, release) is
-``crawler.store.frontier``; ``Frontier`` has these calls too."""
+``crawler.store.frontier``; ``Frontier`` has these calls too.
+
+Recrawling (``CRAWLER_RECRAWL``; docs/recrawl.md) is seen through
+:meth:`FrontierViews.recrawl_status` (the frontier's revisit schedule and
+what the revisits found, from ``:meta``, ``:stats``, ``:rdue`` and the
+``:rhost:<h>`` records) and :meth:`FrontierViews.recrawl_urls` (a domain's
+tracked URLs from ``:hist:<d>`` and ``:due:<d>``). Both only read, and both
+are bounded: a SCAN of at most ``scan_calls`` calls, an HSCAN of at most
+``limit`` records. A frontier made with recrawl off has no history: its
+URLs are not revisited, and the view says so (``tracked`` 0).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from typing import Any
 
 import redis
 
+from crawler import serializers
 from crawler.clock import Clock
+from crawler.recrawl.estimate import rate_of
+from crawler.recrawl.record import unpack
 from crawler.store.keys import Keys, Scripts
 from crawler.store.records import bloom_error_rate
+
+#: the ``:stats`` counters of recrawling (design/recrawl.md E), as the view names them
+RECRAWL_COUNTERS = {
+    "revisits": "revisits", "tracked": "rv_tracked", "created": "rv_created", "refetched": "rv_refetched",
+    "deleted": "rv_deleted", "untracked": "rv_untracked", "early": "rv_early", "expired": "rv_expired",
+    "visits": "rv_visits", "changed": "rv_changed", "unchanged": "rv_unchanged",
+    "not_modified": "rv_not_modified", "bytes_saved": "rv_bytes_saved", "orphans": "rv_orphans",
+    "ended_not_modified": "end_not_modified",
+}
+#: ``:rhost:<h>`` fields holding the ms until which a validator is not sent to the host
+DISTRUST_FIELDS = ("etag", "lm", "all")
+#: ``:rhost:<h>`` fields counting the evidence against the host
+EVIDENCE_FIELDS = ("lies_etag", "lies_lm", "lies_lm_now", "ignored")
+#: SCAN calls (COUNT 1000 each) :meth:`FrontierViews.recrawl_status` makes at most looking for hosts
+RHOST_SCAN_CALLS = 1000
+HOUR_MS, DAY_MS = 3_600_000, 86_400_000
 
 
 class FrontierViews:
@@ -103,6 +133,158 @@ class FrontierViews:
             "domains_per_address": {name: n for (name, _, _), n in zip(buckets, spread)},
         }
 
+    def recrawl_status(self, top: int = 10, scan_calls: int = RHOST_SCAN_CALLS,
+                       hosts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Recrawling as it stands on this shard (read only):
+
+        - ``mode`` (``:meta recrawl``; ``off`` when absent: a frontier made
+          before recrawling, or with it off), ``tracked`` (URLs with a
+          history) of ``seen`` (URLs ever admitted new);
+        - ``domains_tracked`` (in ``:rdue``), ``domains_overdue`` (first
+          revisit due at or before now), ``due_within_hour`` and
+          ``due_within_day`` (not yet due, due by then; the day includes
+          the hour), ``lag_seconds`` (now minus the most overdue domain's
+          due time, 0 when none is overdue);
+        - the counters of ``:stats`` (:data:`RECRAWL_COUNTERS`: revisits
+          admitted, visits written, changed, unchanged, 304s, bytes saved,
+          untracked by a cap, early skips, expired revisit leases, ...),
+          and ``untracked_by`` for any ``rv_untracked_<why>`` counter;
+        - ``not_modified_share``: 304s of the revisits answered (changed +
+          unchanged + 304), 0.0 before any;
+        - ``hosts_lying``: hosts (``:rhost:<h>``) with a validator not sent
+          until a time still ahead, and the ``top`` of them with the most
+          evidence (``lying``: host, ``distrusted`` validator -> seconds
+          left, ``evidence`` counts); ``hosts_scanned_all`` is False when
+          the SCAN stopped after ``scan_calls`` calls (then it is a lower
+          bound). No SCAN when recrawl is off and nothing is tracked, nor
+          when ``hosts`` (what :meth:`scan_hosts` found, swept by the
+          caller: the metrics exporter spreads its scan over its scrapes)
+          is given.
+        """
+        now = self.clock.server_ms(self.client)
+        k = self.keys
+        rdue = k.key("rdue")
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(k.meta, "recrawl")
+        pipe.hgetall(k.stats)
+        pipe.zcard(rdue)
+        pipe.zcount(rdue, "-inf", now)
+        pipe.zcount(rdue, f"({now}", now + HOUR_MS)
+        pipe.zcount(rdue, f"({now}", now + DAY_MS)
+        pipe.zrange(rdue, 0, 0, withscores=True)
+        mode, counters, domains, overdue, hour, day, head = pipe.execute()
+        stats = {key.decode(): int(value) for key, value in counters.items()}
+        mode = (mode or b"off").decode()
+        out: dict[str, Any] = {"mode": mode, "seen": stats.get("enqueued", 0)}
+        out.update({name: stats.get(field, 0) for name, field in RECRAWL_COUNTERS.items()})
+        out["untracked_by"] = {key[len("rv_untracked_"):]: v for key, v in sorted(stats.items())
+                               if key.startswith("rv_untracked_")}
+        out["lies"] = {key[len("rv_lies_"):]: v for key, v in sorted(stats.items()) if key.startswith("rv_lies_")}
+        answered = out["changed"] + out["unchanged"] + out["not_modified"]
+        out["not_modified_share"] = round(out["not_modified"] / answered, 4) if answered else 0.0
+        out.update(domains_tracked=domains, domains_overdue=overdue, due_within_hour=hour, due_within_day=day,
+                   lag_seconds=round(max(0, now - int(head[0][1])) / 1000, 3) if head else 0.0)
+        if mode == "off" and not out["tracked"] and not domains:
+            out.update(hosts_lying=0, hosts_scanned_all=True, lying=[])
+        elif hosts is not None:
+            lying = self.lying(hosts, now)
+            out.update(hosts_lying=len(lying), hosts_scanned_all=True, lying=lying[:max(0, top)])
+        else:
+            out.update(self._lying_hosts(now, top, scan_calls))
+        return out
+
+    def scan_hosts(self, cursor: int = 0, calls: int = RHOST_SCAN_CALLS) -> tuple[int, dict[str, dict[str, Any]]]:
+        """A stretch of at most ``calls`` SCAN calls (COUNT 1000) over the
+        hosts' trust records (``:rhost:<h>``) from ``cursor``: the cursor to
+        go on from (0: the scan went round) and, for each host met, its
+        ``until`` (validator -> ms it is distrusted until, the fields set)
+        and ``evidence`` (the counts not 0). A SCAN may meet a key twice.
+        On a Redis Cluster client the scan goes round in one stretch."""
+        pattern = self.keys.pattern()[:-1] + "rhost:*"  # the base, glob-escaped
+        skip = len(self.keys.key("rhost", ""))
+        found: list[bytes] = []
+        if isinstance(self.client, redis.Redis):
+            for _ in range(max(1, calls)):
+                cursor, keys = self.client.scan(cursor, match=pattern, count=1000)
+                cursor = int(cursor)
+                found += keys
+                if not cursor:
+                    break
+        else:  # a Redis Cluster client walks its nodes itself
+            found, cursor = list(self.client.scan_iter(match=pattern, count=1000)), 0
+        hosts: dict[str, dict[str, Any]] = {}
+        fields = (*DISTRUST_FIELDS, *EVIDENCE_FIELDS)
+        for i in range(0, len(found), 500):
+            pipe = self.client.pipeline(transaction=False)
+            for key in found[i:i + 500]:
+                pipe.hmget(key, *fields)
+            for key, values in zip(found[i:i + 500], pipe.execute()):
+                numbers = [int(float(v)) if v else 0 for v in values]
+                hosts[key[skip:].decode(errors="replace")] = {
+                    "until": {f: ms for f, ms in zip(DISTRUST_FIELDS, numbers) if ms},
+                    "evidence": {f: n for f, n in zip(EVIDENCE_FIELDS, numbers[len(DISTRUST_FIELDS):]) if n}}
+        return cursor, hosts
+
+    @staticmethod
+    def lying(hosts: dict[str, dict[str, Any]], now: int) -> list[dict[str, Any]]:
+        """The hosts of :meth:`scan_hosts` with a validator distrusted after
+        ``now`` (ms): ``host``, ``distrusted`` (validator -> seconds left)
+        and ``evidence``, the most evidence first."""
+        out = []
+        for host, trust in hosts.items():
+            distrusted = {f: round((ms - now) / 1000) for f, ms in trust["until"].items() if ms > now}
+            if distrusted:
+                out.append({"host": host, "distrusted": distrusted, "evidence": trust["evidence"]})
+        out.sort(key=lambda h: (-sum(h["evidence"].values()), -max(h["distrusted"].values()), h["host"]))
+        return out
+
+    def _lying_hosts(self, now: int, top: int, scan_calls: int) -> dict[str, Any]:
+        cursor, hosts = self.scan_hosts(0, scan_calls)
+        lying = self.lying(hosts, now)
+        return {"hosts_lying": len(lying), "hosts_scanned_all": not cursor, "lying": lying[:max(0, top)]}
+
+    def recrawl_urls(self, domain: str, limit: int = 100) -> dict[str, Any]:
+        """``domain``'s tracked URLs (``HSCAN :hist:<d>``, at most ``limit``;
+        ``tracked`` is how many it has): each with its ``url`` (from the
+        record's entry), ``last`` (s, server clock), ``interval`` (s),
+        ``visits`` n and ``changes`` X, ``rate`` (estimated changes a day,
+        ``crawler.recrawl.estimate.rate_of``; None when not finite),
+        ``due_in`` (s from now, negative when overdue; None when not
+        scheduled) and its ``flags``; a record that does not unpack is listed
+        with its ``error``."""
+        now = self.clock.server_ms(self.client)
+        hist, due = self.keys.key("hist", domain), self.keys.key("due", domain)
+        tracked = self.client.hlen(hist)
+        records: list[tuple[bytes, bytes]] = []
+        cursor = 0
+        while len(records) < limit:
+            cursor, batch = self.client.hscan(hist, cursor, count=max(10, min(limit, 1000)))
+            records += list(batch.items())
+            if not int(cursor):
+                break
+        records = records[:max(0, limit)]
+        pipe = self.client.pipeline(transaction=False)
+        for k, _ in records:
+            pipe.zscore(due, k)
+        scores = pipe.execute() if records else []
+        urls = []
+        for (k, value), score in zip(records, scores):
+            row: dict[str, Any] = {"k": k.decode(), "due_in": None if score is None else round((score - now) / 1000, 3)}
+            try:
+                h = unpack(value)
+                estimate = rate_of(h)
+            except ValueError as exc:
+                row.update(url=None, error=str(exc))
+            else:
+                row.update(url=entry_url(h.entry), last=h.last, interval=h.iv, visits=h.n, changes=h.changes,
+                           rate=round(estimate * 86400, 4) if math.isfinite(estimate) else None,
+                           flags=[name for name, on in (("pinned", h.pinned), ("hinted", h.hinted),
+                                                         ("verify", h.verify), ("warc", h.refers is not None))
+                                  if on] + ([f"gone {h.gone}"] if h.gone else []))
+            urls.append(row)
+        urls.sort(key=lambda r: (r["due_in"] is None, r["due_in"] or 0.0, r["k"]))  # the most overdue first
+        return {"domain": domain, "tracked": tracked, "listed": len(urls), "now": now // 1000, "urls": urls}
+
     def count(self, name: str, n: int = 1) -> None:
         """Add ``n`` to the frontier's shared counter ``name`` (``scrapy frontier``)."""
         self.client.hincrby(self.keys.stats, name, n)
@@ -174,3 +356,19 @@ class FrontierViews:
             removed += self.client.unlink(*batch)
         return removed
 
+
+
+def entry_url(entry: bytes) -> str | None:
+    """The URL of a queue entry as a history record keeps it: ``U<depth>
+    <url>``, or ``R`` + msgpack whose ``url`` it reads (never pickle); None
+    when it holds none."""
+    if entry[:1] == b"U":
+        return entry[1:].partition(b" ")[2].decode(errors="replace") or None
+    if entry[:1] == b"R":
+        try:
+            data = serializers.loads(entry[1:])
+        except Exception:  # a torn entry: the view lists it without a URL
+            return None
+        url = data.get("url") if isinstance(data, dict) else None
+        return url if isinstance(url, str) else None
+    return None

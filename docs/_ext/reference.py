@@ -149,7 +149,10 @@ def metric_families() -> list[Any]:
     ext.collector.exporter = SimpleNamespace(held=True)
     ext.collector.probe = SimpleNamespace(last_minute=lambda: 0.0)
     addresses = {**dict.fromkeys(metrics.ADDRESS_GAUGES, 0), "busiest": [{"address": "192.0.2.1", "waiting": 0}]}
+    recrawl = {key: 0 for key, _ in (*metrics.RECRAWL_GAUGES.values(), *metrics.RECRAWL_COUNTERS.values())}
     ext.collector.frontier = SimpleNamespace(status=lambda: dict.fromkeys(metrics.FRONTIER_GAUGES, 0),
+                                             recrawl_status=lambda **_: recrawl,
+                                             scan_hosts=lambda *_: (0, {}),
                                              addresses_status=lambda: addresses)
     ext.fetch_seconds.labels("spider", "0")
     return [f for f in ext.registry.collect() if f.name.startswith("crawler_")]

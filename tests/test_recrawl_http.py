@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import scrapy
+from scrapy.exceptions import NotConfigured
 from scrapy.utils.test import get_crawler
 from warcio.archiveiterator import ArchiveIterator
 
@@ -163,6 +164,8 @@ class Revisits(Base):
             request = request.replace(dont_filter=True, errback=self.failed)
             request.meta["case"] = case["name"]
             request.meta.update(case.get("meta", {}))
+            for name, value in case.get("headers", {}).items():
+                request.headers[name] = value
             yield request
 
     def received(self, response, request, spider):
@@ -265,8 +268,8 @@ VERIFY = 17  # (17 + 3) % 20 == 0
 
 @pytest.fixture
 def site(make_web) -> tuple[TestWebProcess, list[Page]]:
-    web = make_web(domains=1, pages=16, size_fixed=3000, validators={"both": 1}, noisy_share=0.5)
-    pages = [Page(web, k) for k in range(1, 16)]
+    web = make_web(domains=1, pages=24, size_fixed=3000, validators={"both": 1}, noisy_share=0.4)
+    pages = [Page(web, k) for k in range(1, 24)]
     return web, pages
 
 
@@ -274,7 +277,7 @@ def test_validators_304_routing_seen_and_revisit_records(site, tmp_path: Path) -
     web, pages = site
     quiet = [p for p in pages if not p.noisy]
     noisy = [p for p in pages if p.noisy]
-    assert len(quiet) >= 7 and len(noisy) >= 1
+    assert len(quiet) >= 8 and len(noisy) >= 1
     cond, allowed, trust1, trust2, trust4, verify, fresh = quiet[:7]
     cases = [
         {"name": "cond", "entry": cond.entry(NOT_VERIFY)},
@@ -288,6 +291,8 @@ def test_validators_304_routing_seen_and_revisit_records(site, tmp_path: Path) -
         {"name": "noisy1", "entry": noisy[0].plain()},
         {"name": "noisy2", "entry": noisy[0].plain()},
         {"name": "untracked", "entry": fresh.plain(), "meta": {"crawler_recrawl": False}},
+        # the spider's own validators on a request that is no revisit: Scrapy's as before
+        {"name": "own", "entry": quiet[7].plain(), "headers": {"If-None-Match": quiet[7].etag.decode()}},
     ]
     warc = tmp_path / "warc"
     out = crawl(cases, CRAWLER_RECRAWL="fixed", CRAWLER_RECRAWL_VERIFY_EVERY=VERIFY_EVERY,
@@ -304,10 +309,12 @@ def test_validators_304_routing_seen_and_revisit_records(site, tmp_path: Path) -
     assert received[f"/p/{trust4.k}.html"][-1] == (200, "-")  # none
     assert received[f"/p/{verify.k}.html"][-1] == (200, "-")  # a verification: none
     assert received[f"/p/{fresh.k}.html"][-2:] == [(200, "-"), (200, "-")]
+    assert received[f"/p/{quiet[7].k}.html"][-1] == (304, "n")
 
     # a 304 reaches neither the callback nor the errback, unless the request allows it
     metas = {name: unhex(meta) for name, meta in out["metas"].items()}
-    assert out["errback"] == []
+    assert out["errback"] == ["own"]  # HttpError, as without the middleware
+    assert "crawler_end" not in unhex(out["metas"]["own"])
     assert set(out["called"]) == {"allowed", "trust4", "verify", "fresh", "noisy1", "noisy2", "untracked"}
     assert out["called"]["allowed"] == {"status": 304, "not_modified": True}
     assert out["called"]["verify"] == {"status": 200, "not_modified": None}
@@ -325,7 +332,7 @@ def test_validators_304_routing_seen_and_revisit_records(site, tmp_path: Path) -
     seen = {name: meta.get(RECRAWL_SEEN) for name, meta in metas.items()}
     assert {name: s["sent"] for name, s in seen.items() if s} == {
         "cond": "em", "allowed": "em", "trust1": "m", "trust2": "e", "trust4": "", "verify": "", "fresh": "",
-        "noisy1": "", "noisy2": ""}
+        "noisy1": "", "noisy2": "", "own": ""}
     assert seen["untracked"] is None
     v = seen["verify"]
     assert (v["status"], v["etag"], v["weak"], v["lm"], v["length"]) == (200, verify.etag, False, verify.lm, len(verify.body))
@@ -358,7 +365,8 @@ def test_validators_304_routing_seen_and_revisit_records(site, tmp_path: Path) -
     assert records[trust4.url][0][:2] == ("response", None)  # the payload is not the stored one's
     assert [r[0] for r in records[fresh.url]] == ["response", "response"]
     stats = out["stats"]
-    assert stats["crawler/warc/revisit_records/server-not-modified"] == 4
+    assert records[quiet[7].url][0][:4] == ("revisit", nm, None, None)  # every 304, a revisit or not
+    assert stats["crawler/warc/revisit_records/server-not-modified"] == 5
     assert stats["crawler/warc/revisit_records/identical-payload-digest"] == 1
     assert stats["crawler/recrawl/not_modified"] == 4
     assert stats["crawler/recrawl/conditional"] == 4
@@ -415,6 +423,39 @@ def test_billion_signs_its_pages_from_its_own_tree(site) -> None:
     # with recrawl off nothing of it loads: no RECRAWL_SEEN, no validators
     out = crawl(cases[:1], billion=True)
     assert RECRAWL_SEEN not in out["metas"]["noisy1"]
+
+
+def test_the_addon_places_the_middleware_only_when_recrawl_is_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from scrapy.settings import Settings
+
+    from crawler.addon import Addon, changes
+    from crawler.middlewares.recrawl import RecrawlMiddleware
+
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    for mode, placed in (("off", None), ("fixed", 585), ("adaptive", 585)):
+        settings = Settings()
+        settings.setdict({"CRAWLER_RECRAWL": mode}, priority="project")
+        Addon().update_settings(settings)
+        assert settings.getdict("DOWNLOADER_MIDDLEWARES").get(RecrawlMiddleware) == placed, mode
+        assert ("RecrawlMiddleware" in "; ".join(changes(settings))) == (placed is not None)
+    with pytest.raises(NotConfigured):
+        RecrawlMiddleware(get_crawler(settings_dict={"CRAWLER_RECRAWL": "off"}))
+
+
+def test_the_capture_is_told_before_the_page_counts_as_written(tmp_path: Path) -> None:
+    from crawler.warcfile import Page as WarcPage, WarcWriter
+
+    writer = WarcWriter(lambda n: tmp_path / f"w-{n}.warc.gz", max_queued=4)
+    told: list[tuple[int, int, str]] = []
+    for i in range(1, 9):
+        page = WarcPage("http://a.test/", "GET", [], b"", 304 if i % 2 else 200, [], b"" if i % 2 else b"x" * i,
+                        not_modified=bool(i % 2))
+        page.on_capture = lambda capture, i=i: told.append((i, writer.written, capture.profile))
+        assert writer.put(page) == i
+    writer.close()
+    assert [(i, written) for i, written, _ in told] == [(i, i - 1) for i in range(1, 9)]
+    assert [profile for *_, profile in told] == [
+        "http://netpreserve.org/warc/1.1/revisit/server-not-modified", ""] * 4
 
 
 def _rid(rid: bytes) -> str:

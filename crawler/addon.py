@@ -9,7 +9,8 @@ setting, a component's order, ``None`` to disable one) still wins.
 What it changes, said in one INFO line at start (``Addon: changes ...``):
 the scheduler (the Redis frontier), dedup (in Redis, SHA-256 of canonical
 URLs), its downloader and spider middlewares and extensions (each extension
-off until its setting asks for it), and four swaps each one setting away:
+off until its setting asks for it; ``RecrawlMiddleware`` at 585 only when
+``CRAWLER_RECRAWL`` is not ``off``), and four swaps each one setting away:
 the download handler (``CRAWLER_HANDLER``), the stats class
 (``CRAWLER_LEAN_STATS``), the log formatter (``CRAWLER_LEAN_LOG``) and the
 garbage collector's tuning (``CRAWLER_GC_TUNING``). What a project fetches
@@ -46,6 +47,7 @@ from crawler.middlewares.deadletter import (
     DeadLetterMiddleware, DeadLetterRedirectMiddleware, DeadLetterSpiderMiddleware,
 )
 from crawler.middlewares.lock import DomainLockMiddleware
+from crawler.middlewares.recrawl import RecrawlMiddleware
 from crawler.middlewares.robots import SharedRobotsMiddleware
 from crawler.middlewares.sizecap import SizeCapMiddleware
 from crawler.middlewares.useragent import ContactUserAgentMiddleware
@@ -79,6 +81,8 @@ DOWNLOADER_MIDDLEWARES = {
     SizeCapMiddleware: 580,
     DomainLockMiddleware: 950,
 }
+#: placed only when CRAWLER_RECRAWL is not off (with off nothing of recrawling loads)
+RECRAWL_MIDDLEWARES = {RecrawlMiddleware: 585}
 REPLACED = (RobotsTxtMiddleware, UserAgentMiddleware, RetryMiddleware)
 SPIDER_MIDDLEWARES = {
     FrontierAckSpiderMiddleware: 10,
@@ -165,6 +169,9 @@ class Addon:
                                                            DeadLetterRedirectMiddleware, 600)
         for cls, order in DOWNLOADER_MIDDLEWARES.items():
             settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, order)
+        if setting(settings, "CRAWLER_RECRAWL") != "off":
+            for cls, order in RECRAWL_MIDDLEWARES.items():
+                settings.setdefault_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", cls, order)
         for cls, order in SPIDER_MIDDLEWARES.items():
             settings.setdefault_in_component_priority_dict("SPIDER_MIDDLEWARES", cls, order)
         for cls, order in EXTENSIONS.items():  # each is off until its setting asks for it
@@ -189,8 +196,8 @@ def changes(settings: BaseSettings) -> list[str]:
                         ("EXTENSIONS", EXTENSIONS)):
         placed = _classes({k: v for k, v in settings.getdict(name).items() if v is not None})
         added = [cls.__name__ for cls in table if cls in placed]
-        if name == "DOWNLOADER_MIDDLEWARES" and DeadLetterRedirectMiddleware in placed:
-            added.append(DeadLetterRedirectMiddleware.__name__)
+        if name == "DOWNLOADER_MIDDLEWARES":
+            added += [cls.__name__ for cls in (DeadLetterRedirectMiddleware, *RECRAWL_MIDDLEWARES) if cls in placed]
         said.append(f"{name} + {', '.join(added)}")
     replaced = [cls.__name__ for cls in REPLACED if settings.getdict("DOWNLOADER_MIDDLEWARES").get(cls, 0) is None]
     if replaced:

@@ -20,7 +20,10 @@ closes while the disk is full). Any other failure (read-only, I/O error, a
 file too large) stops the writer: the file is cut back to its last whole
 record, pages still queued are dropped. :attr:`WarcWriter.written` tells
 which pages are in the files (each :meth:`~WarcWriter.put` returns the
-page's number, from 1; pages are written in that order).
+page's number, from 1; pages are written in that order). A page's
+``on_capture`` is told what its response record became (``Page.capture``)
+once its records are in the file, before :attr:`~WarcWriter.written` counts
+it: whoever waits for ``written`` finds the capture already told.
 
 The records themselves (what a page becomes, as gzip members) are built in
 ``crawler/warcrecords.py``; their names are importable from here too.
@@ -272,6 +275,8 @@ class WarcWriter:
             if opened and self.file is None:
                 self.count -= 1  # not even its warcinfo record: the next try takes the name again
             raise
+        if page.on_capture is not None and page.capture is not None:
+            page.on_capture(page.capture)  # before ``written`` says the page is stored
         self.written += 1
         if self.size >= self.max_bytes:
             self._close_file()

@@ -32,7 +32,7 @@ import base64
 import hashlib
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from http import HTTPStatus
@@ -94,6 +94,8 @@ class Page:
     not_modified: bool = False  # a 304 to a conditional request: a server-not-modified revisit
     identical: bool = False  # with refers: the payload is the original's (else the digest prefix tells)
     capture: Capture | None = field(default=None, compare=False)  # set by page_records
+    #: told the capture once the page's records are in the file, before the writer counts it written
+    on_capture: Callable[[Capture], None] | None = field(default=None, compare=False, repr=False)
 
 
 _ids: list[bytes] = []  # random bytes for the next record IDs

@@ -10,6 +10,19 @@ body bytes before decoding; cut at the page cap, then marked
 handler it is rebuilt from the decoded response. Digests and record links:
 :mod:`crawler.warcrecords`.
 
+Revisits (design/recrawl.md C.6): every 304 is written as a
+``server-not-modified`` revisit record, never as a response record; a
+response to a revisit whose history (``meta[RECRAWL_STATE]``) has a WARC
+part refers to that capture (``WARC-Refers-To-*``: the request's URL, the
+stored WARC-Date and record ID), and a 200 whose payload SHA-1 begins with
+the stored ``wd`` is an ``identical-payload-digest`` revisit (head only).
+Once a tracked page's records are in the file, and before :meth:`stored`
+says so, ``meta[RECRAWL_SEEN]["capture"]`` holds what was written:
+``{"profile": "response" | "server-not-modified" |
+"identical-payload-digest", "wd": 6 bytes, "rdate": µs, "rid": 16 bytes}``
+(:func:`capture_of`); revisit records count in
+``crawler/warc/revisit_records/<profile>``.
+
 Records are compressed with ISA-L at ``CRAWLER_WARC_LEVEL`` (0-3, default 1)
 and written by a thread (:mod:`crawler.warcfile`); at most
 ``CRAWLER_WARC_QUEUE`` pages wait for it, then the crawl waits for the disk.
@@ -36,13 +49,16 @@ the frontier, and it says so as its exit error (a non-zero exit,
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import socket
 import tempfile
 import time
+import uuid
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 from scrapy.exceptions import NotConfigured
@@ -51,10 +67,12 @@ from twisted.internet import task
 
 from crawler.clock import clock_of
 from crawler.fetch import received as raw_responses
-from crawler.meta import ROBOTS, TRUNCATED, WARC
+from crawler.meta import NOT_MODIFIED, RECRAWL_SEEN, RECRAWL_STATE, ROBOTS, TRUNCATED, WARC
+from crawler.recrawl import record as history_record
 from crawler.worker import session_of
 from crawler.settings_registry import setting
 from crawler.warcfile import Page, WarcFailed, WarcWriter
+from crawler.warcrecords import IDENTICAL, NOT_MODIFIED as NOT_MODIFIED_PROFILE, Capture, Refers
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -65,6 +83,9 @@ logger = logging.getLogger(__name__)
 
 CHECK_INTERVAL = 1.0  # seconds between looks at the writer and the free space
 NOT_STORED = -1
+#: a capture's profile, as RECRAWL_SEEN["capture"] names it, by the record's WARC-Profile
+PROFILES = {"": "response", NOT_MODIFIED_PROFILE: "server-not-modified", IDENTICAL: "identical-payload-digest"}
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class WarcExtension:
@@ -206,19 +227,52 @@ class WarcExtension:
         # the headers of Scrapy's response are only read to rebuild a head not received
         response_headers = [] if raw_head is not None else [
             (k, v) for k, vs in response.headers.items() for v in vs]
+        meta = request.meta
+        page = Page(
+            request.url, request.method,
+            [(k, v) for k, vs in request.headers.items() for v in vs], request.body or b"",
+            response.status, response_headers, response.body,
+            truncated=truncated, date=self.clock.time(), raw_head=raw_head, raw_body=raw_body,
+            dataloss=dataloss, ip=str(response.ip_address or ""),
+        )
+        # a revisit (design/recrawl.md C.6): every 304 is a server-not-modified
+        # revisit record, never a response record; a 200 refers to the capture
+        # its history names, and is an identical-payload revisit when its payload is that one's
+        history = _history(meta.get(RECRAWL_STATE))
+        known = history.refers if history is not None else None
+        if response.status == 304:
+            page.not_modified = True
+        if known is not None:
+            page.refers = refers_of(known)  # its target URI is the page's own
+        seen = meta.get(RECRAWL_SEEN)
+        if page.not_modified or page.refers is not None or isinstance(seen, dict):
+            page.on_capture = self._on_capture(seen if isinstance(seen, dict) else None, known)
         try:
-            request.meta[WARC] = self.writer.put(Page(
-                request.url, request.method,
-                [(k, v) for k, vs in request.headers.items() for v in vs], request.body or b"",
-                response.status, response_headers, response.body,
-                truncated=truncated, date=self.clock.time(), raw_head=raw_head, raw_body=raw_body,
-                dataloss=dataloss, ip=str(response.ip_address or ""),
-            ))
+            meta[WARC] = self.writer.put(page)
         except WarcFailed:
             request.meta[WARC] = NOT_STORED
             self._check_writer()
             return
         self.stats.inc_value("crawler/warc/records", 2)
+
+    def _on_capture(self, seen: dict[str, Any] | None,
+                    known: history_record.Refers | None) -> Any:
+        """What the writer tells once ``seen``'s page is written (on its
+        thread, before the page counts as stored): the capture, into
+        ``seen["capture"]``, and the revisit record's count."""
+        stats = self.stats
+
+        def told(capture: Capture) -> None:
+            profile = PROFILES.get(capture.profile, capture.profile)
+            if profile != "response":
+                stats.inc_value(f"crawler/warc/revisit_records/{profile}")
+            if seen is not None:
+                try:
+                    seen["capture"] = capture_of(capture, known)
+                except ValueError as exc:  # never the writer's failure: the history keeps its old capture
+                    logger.error("WARC capture of %s not read back: %s", capture.record_id, exc)
+
+        return told
 
     # --- what the frontier asks --------------------------------------------
 
@@ -312,6 +366,42 @@ class WarcExtension:
                 f"closed while fetching was paused for disk space for {paused:.0f} s: {free} MB free in "
                 f"{self.directory}, under CRAWLER_WARC_MIN_FREE ({self.min_free // 10**6} MB); the URLs not "
                 "fetched wait in the frontier")
+
+
+def _history(state: object) -> history_record.History | None:
+    if not isinstance(state, dict):
+        return None
+    try:
+        return history_record.unpack(state.get("record"))
+    except ValueError:
+        return None
+
+
+def refers_of(known: history_record.Refers) -> Refers:
+    """The WARC writer's :class:`~crawler.warcrecords.Refers` for a history's
+    WARC part: its WARC-Date (µs), its record ID, and the first 45 bits of
+    its payload digest that ``wd``'s 48 hold whole, as base32 (9 characters)."""
+    return Refers(date=_EPOCH + timedelta(microseconds=known.rdate),
+                  record_id=f"<urn:uuid:{uuid.UUID(bytes=known.rid)}>",
+                  payload_digest="sha1:" + base64.b32encode(known.wd + bytes(4)).decode()[:9])
+
+
+def capture_of(capture: Capture, known: history_record.Refers | None = None) -> dict[str, Any]:
+    """``RECRAWL_SEEN["capture"]``: ``{"profile": "response" |
+    "server-not-modified" | "identical-payload-digest", "wd": 6 bytes,
+    "rdate": µs, "rid": 16 bytes}`` of the record written. ``wd`` is the
+    first 6 bytes of its payload SHA-1; a 304's revisit has no payload
+    digest, so its ``wd`` is the one of the capture it refers to (``known``),
+    or 6 zero bytes when none is known."""
+    if capture.payload_digest.startswith("sha1:"):
+        wd = base64.b32decode(capture.payload_digest[5:])[:6]
+    else:
+        wd = known.wd if known is not None else bytes(6)
+    date = datetime.strptime(capture.date, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    delta = date - _EPOCH
+    rdate = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    rid = uuid.UUID(capture.record_id.strip("<>").removeprefix("urn:uuid:")).bytes
+    return {"profile": PROFILES.get(capture.profile, capture.profile), "wd": wd, "rdate": rdate, "rid": rid}
 
 
 def writable(directory: Path) -> None:

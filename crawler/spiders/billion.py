@@ -28,7 +28,8 @@ from twisted.python.failure import Failure
 from crawler.clock import clock_of
 from crawler.fallback import cannot_connect, fallback_request
 from crawler.links import LinkExtractor
-from crawler.meta import FALLBACK
+from crawler.meta import FALLBACK, RECRAWL_SEEN
+from crawler.middlewares.recrawl import text_key
 from crawler.middlewares.robots import shared_robots
 from crawler.middlewares.useragent import robots_agent
 from crawler.robots import header_nofollow
@@ -107,7 +108,19 @@ class BillionSpider(scrapy.Spider):
         "DNSCACHE_SIZE": 100_000,
         # <a href> links only: no <meta refresh> (its check decodes every page)
         "METAREFRESH_ENABLED": False,
+        # revisits, when CRAWLER_RECRAWL turns them on (off here as everywhere;
+        # docs/recrawl.md): weekly to start, never sooner than a day after a
+        # visit nor later than 60 days, change judged by the visible text (a
+        # nonce in the markup is no change), 20 M tracked URLs a shard (~6 GB)
+        "CRAWLER_RECRAWL_INTERVAL": 604_800.0,
+        "CRAWLER_RECRAWL_MIN": 86_400.0,
+        "CRAWLER_RECRAWL_MAX": 5_184_000.0,
+        "CRAWLER_RECRAWL_SIGNATURE": "text",
+        "CRAWLER_RECRAWL_MAX_TRACKED": 20_000_000,
     }
+    #: parse() sets RECRAWL_SEEN["chg"] from the tree its links came from
+    #: (crawler/middlewares/recrawl.py leaves it to the spider)
+    recrawl_signature = True
 
     def __init__(self, shard: str = "0", shards: str = "1", seeds: str = "", *args: Any, **kwargs: Any) -> None:
         kwargs.pop("_job", None)  # Scrapyd's job id: in the log, not needed here
@@ -135,6 +148,9 @@ class BillionSpider(scrapy.Spider):
         spider.max_depth = setting(settings, "CRAWLER_MAX_DEPTH")
         spider.agent = robots_agent(settings)
         spider.page_robots = settings.getbool("ROBOTSTXT_OBEY") and spider.extract.nofollow
+        # the text signature comes with the links, from one tree (design/recrawl.md C.4)
+        spider.signed = (setting(settings, "CRAWLER_RECRAWL") != "off"
+                         and setting(settings, "CRAWLER_RECRAWL_SIGNATURE") == "text")
         return spider
 
     # --- seeds -----------------------------------------------------------
@@ -195,10 +211,19 @@ class BillionSpider(scrapy.Spider):
             return
         stats = self.crawler.stats
         depth = int(response.meta.get("depth", 0))
+        # a tracked page's change key, from the tree its links come from (design/recrawl.md C.4)
+        seen = response.meta.get(RECRAWL_SEEN) if self.signed else None
         if self.page_robots and header_nofollow(response.headers.getlist(b"X-Robots-Tag"), self.agent):
             links, nofollow = [], True
+            if seen is not None and response.status == 200:
+                seen["chg"] = text_key(response.body)  # no links to read: the text alone
         else:
-            links, nofollow = self.extract.page(response.body, response.url, self.agent)
+            if seen is not None and response.status == 200:
+                links, nofollow, signature = self.extract.page(response.body, response.url, self.agent,
+                                                               signature=True)
+                seen["chg"] = signature.to_bytes(6, "big")
+            else:
+                links, nofollow = self.extract.page(response.body, response.url, self.agent)
             if self.extract.scanned:  # too deeply nested for a tree: scanned in linear time
                 stats.inc_value("crawler/links/scanned_pages")
         if nofollow:

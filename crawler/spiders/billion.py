@@ -138,6 +138,14 @@ class BillionSpider(scrapy.Spider):
         # merges its own settings (the project's, {} here) over lower ones
         priority = max(settings.getpriority("SPIDER_MIDDLEWARES") or 0, SETTINGS_PRIORITIES["spider"])
         settings.set("SPIDER_MIDDLEWARES", settings.getdict("SPIDER_MIDDLEWARES"), priority)
+        # a recrawl is continuous: the crawl waits for its next due revisit
+        # (up to CRAWLER_RECRAWL_MAX, the longest a tracked page waits) rather
+        # than closing once nothing is queued; -s SCHEDULER_IDLE_BEFORE_CLOSE=N
+        # still decides
+        if (settings.get("CRAWLER_RECRAWL", "off") != "off"
+                and settings.getpriority("SCHEDULER_IDLE_BEFORE_CLOSE") in (None, SETTINGS_PRIORITIES["default"])):
+            settings.set("SCHEDULER_IDLE_BEFORE_CLOSE", settings.get("CRAWLER_RECRAWL_MAX", cls.custom_settings[
+                "CRAWLER_RECRAWL_MAX"]), SETTINGS_PRIORITIES["spider"])
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> BillionSpider:

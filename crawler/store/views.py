@@ -317,15 +317,24 @@ class FrontierViews:
         found = {Keys.shard_in(k) for k in self.client.scan_iter(match=self.keys.shards_pattern(), count=1000)}
         return sorted(s for s in found if s is not None)
 
-    def pending(self) -> int:
-        """Requests queued, delayed, leased (by any worker) or in the inbox."""
+    def pending(self, revisits_within: float = 0.0) -> int:
+        """Requests queued, delayed, leased (by any worker) or in the inbox;
+        with recrawling on, plus one when a revisit is due within
+        ``revisits_within`` seconds (the crawl's ``SCHEDULER_IDLE_BEFORE_CLOSE``:
+        a revisit due sooner than a crawl would wait idle is work waiting)."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(self.keys.stats, "queued")
         pipe.zcard(self.keys.delayed)
         pipe.zcard(self.keys.leases)
         pipe.llen(self.keys.inbox)
-        queued, delayed, leases, inbox = pipe.execute()
-        return int(queued or 0) + delayed + leases + inbox
+        pipe.hget(self.keys.meta, "recrawl")
+        pipe.zrange(self.keys.rdue, 0, 0, withscores=True)
+        queued, delayed, leases, inbox, recrawl, head = pipe.execute()
+        waiting = int(queued or 0) + delayed + leases + inbox
+        if head and recrawl not in (None, b"off", "off"):
+            if head[0][1] <= self.clock.server_ms(self.client) + revisits_within * 1000:
+                waiting += 1
+        return waiting
 
     def clear(self) -> int:
         """Delete every key of this frontier; returns how many. On a

@@ -125,8 +125,9 @@ class Intake:
         self.next_poll = 0.0
 
     def frontier_busy(self, idle_before_close: float) -> bool:
-        """Whether the frontier (any worker's share) holds requests, or held
-        some less than ``idle_before_close`` seconds ago. A busy answer is
+        """Whether the frontier (any worker's share) holds requests (or a
+        revisit due within ``idle_before_close`` seconds), or held some less
+        than ``idle_before_close`` seconds ago. A busy answer is
         kept for 0.25 s (Redis is asked at most that often while the crawl
         runs); an idle one never is: the engine closes the crawl on it, and
         this worker may have stored requests since (its write buffer empties
@@ -135,7 +136,7 @@ class Intake:
         if self._busy and now - self._busy_checked < 0.25:
             return True
         self._busy_checked = now
-        if self.store.pending() > 0:
+        if self.store.pending(revisits_within=idle_before_close) > 0:
             self._idle_since = None
             self._busy = True
         else:

@@ -5,9 +5,9 @@ Pure: no process, no network; ``bench/bench_recrawl.py`` runs the crawls and
 feeds this.
 
 **A URL's copy.** A page URL (``/`` or ``/p/<k>.html`` on ``d<i>.test`` or
-``www.d<i>.test``; each URL is a copy of its own, as the crawler keys them)
-holds, from the schedule time ``at`` of its last full answer (a 200 that was
-answered to its end), the version that answer's body showed. A 304 leaves
+``www.d<i>.test``, with any query; each URL is a copy of its own, as the
+crawler keys them) holds, from the schedule time ``at`` of its last full
+answer (a 200 answered to its end), the version that answer's body showed. A 304 leaves
 the copy as it was: after an honest one the copy equals the page's version
 then, after a lying one (a frozen ETag or Last-Modified) the copy stays the
 older version while the page moved. A URL is *tracked* from its first full
@@ -53,7 +53,7 @@ from devkit.testweb.config import WebConfig
 from devkit.testweb.control import LogEntry, consecutive
 from devkit.testweb.site import Site
 
-#: (host name without port, lowercased; path without query): one copy
+#: (host name without port, lowercased; target without fragment): one copy
 URL = tuple[str, str]
 
 
@@ -99,7 +99,8 @@ class Pages:
         return None
 
     def url(self, entry: LogEntry) -> URL:
-        return entry.domain.lower(), entry.path
+        """The crawler's URL: the query kept (a tracking parameter it did not strip makes a copy of its own)."""
+        return entry.domain.lower(), entry.target.split("#", 1)[0]
 
 
 def visits(log: Iterable[LogEntry], config: WebConfig) -> list[Visit]:

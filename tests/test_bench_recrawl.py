@@ -194,6 +194,9 @@ def test_the_min_audit_flags_a_gap_under_min_and_skips_a_retry() -> None:
     assert checks.domain_under == 1 and checks.domain_min_s == pytest.approx(0.18)
     assert checks.domain_unfinished == 1
     assert audit(log, config, delay=0.1, minimum=2.0).url_under == 0
+    # a tracking parameter the crawler kept makes a URL (a copy) of its own: no gap with the plain one
+    tracked = audit([*log, answer(21.5, 200, 0, path="/p/1.html?utm_source=x")], config, delay=0.1, minimum=5.0)
+    assert tracked.url_under == 1 and tracked.url_gaps == 3
 
 
 # --- the runner's pieces -------------------------------------------------------

@@ -6,8 +6,8 @@ uniform policy for the same fetches (bench/_recrawl_log.py).
 
     python bench/bench_recrawl.py [--minutes 6] [--warmup 90] [--domains 20] [--pages 20]
         [--delay 0.5] [--share 0.5] [--row 2.0] [--day SECONDS] [--latency-ms 50]
-        [--addresses N] [--ip-delay S] [--mode adaptive|fixed|adaptive75|lying|kill]... [--kill-at 0.5]
-        [--seed 1] [--keep DIR] [--set NAME=VALUE]...
+        [--addresses N] [--ip-delay S] [--mode adaptive|fixed|adaptive75|lying|kill]... [--kill]
+        [--kill-at 0.5] [--seed 1] [--keep DIR] [--set NAME=VALUE]...
 
 **The scale.** One model day is ``--day`` seconds (default: the one that
 puts the run on ``--row`` visits per page per model day, the model's table
@@ -38,9 +38,10 @@ first from ``--seed`` that gives each lie exactly one domain).
 run's fetches (pages / fetches per domain per s); ``adaptive75``, adaptive
 held to 75 % of that budget (``CRAWLER_RECRAWL_BUDGET``, and the share
 scaled alike: E's budget with a delay is ``SHARE × 86400 / (delay + 1)``);
-``lying``, adaptive on the lying web; ``kill``, adaptive SIGKILLed at
-``--kill-at`` of the window and restarted at once on the same frontier
-(history kept).
+``lying``, adaptive on the lying web; with ``--kill`` (or ``--mode
+kill``) also ``kill``, adaptive SIGKILLed at ``--kill-at`` of the window and
+restarted at once on the same frontier (history kept), its freshness and
+tracked URLs set against the unkilled run's.
 
 **Printed**: one table: mode, freshness, the optimum and uniform's expected
 freshness for the same fetches, the ratio to the optimum, fetches in the
@@ -377,7 +378,9 @@ def main() -> None:
                    "domain; 0: all on 127.0.0.1, a shared front end with no pace of its own, devkit/settings.py)")
     p.add_argument("--ip-delay", type=float, help="CRAWLER_IP_DELAY with a layout, and the per-address audit's "
                    "(default: the domain delay: billion's 1 s would make the address, not the domain, the bound)")
-    p.add_argument("--mode", action="append", choices=MODES, help="run only these (default: all, in order)")
+    p.add_argument("--mode", action="append", choices=MODES,
+                   help="run only these (default: all but kill, in order)")
+    p.add_argument("--kill", action="store_true", help="also the kill mode: adaptive SIGKILLed mid-window, restarted")
     p.add_argument("--kill-at", type=float, default=0.5, help="kill mode: when in the window (share)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--pin", action="store_true", help="crawler on CPU 0, test web on CPU 1 (taskset)")
@@ -395,7 +398,8 @@ def main() -> None:
               "to measure (--force runs the crawls anyway: no revisit happens)", file=sys.stderr)
         return
     scale = scale_of(args)
-    modes = [m for m in MODES if not args.mode or m in args.mode]
+    chosen = set(args.mode or (m for m in MODES if m != "kill")) | ({"kill"} if args.kill else set())
+    modes = [m for m in MODES if m in chosen]
     print(f"=== recrawl: {args.domains} domains x {args.pages} pages over HTTPS ({args.latency_ms:g} ms to first "
           f"byte), a model day = {scale.day:g} s; delay {scale.delay:g} s, MIN {scale.minimum:g} s, MAX "
           f"{scale.maximum:g} s; budget {scale.budget * 86400:,.0f} revisits/domain/day (E: share {scale.share:g} x "

@@ -6,6 +6,22 @@
 -- leases up to N requests of due domains, within each domain's token bucket
 -- and minimum delay (and, per address, an address's turn), on the server's
 -- clock. The main block at the end lists its phases in order.
+-- Revisits (CRAWLER_RECRAWL, meta recrawl ~= 'off'; design/recrawl.md C.2
+-- and E): a domain with tracked URLs is ready at the earlier of its queued
+-- requests' turn and its first due revisit (due:<d>'s head). Each request
+-- of its turn is a due revisit or its queue's head: one kind alone takes it;
+-- when both wait, the credit rule (rdom:<d> rc += meta rv_share; rc >= 1:
+-- the revisit, rc -= 1; rc kept in [0, 1 + share]). A revisit whose record
+-- (hist:<d>) is gone leaves due:<d>; one visited less than rv_min ago waits
+-- until then (stats rv_early); else it is re-armed in due:<d> (now + lease
+-- + rv_min: a visit never written is not lost) and leased as the entry
+-- "V<k>:<trust>:<mu>:<record>" (trust: bits of base:rhost:<host>, mu:
+-- rdom:<d> mu) through the same gate, parking and token bucket as a queued
+-- request, counted an admission (stats revisits). It changes neither the
+-- domain's n nor stats queued. An expired revisit lease stays in due:<d>
+-- (revisits -1, rv_expired +1; _lib.lua's requeue_lease); one handed back
+-- (release.lua) is queued at its queue's front as its V entry, and when
+-- leased from there is re-armed again.
 -- KEYS[1]  base key of the frontier
 -- KEYS[2]  its address space (optional; see _lib.lua's IPB)
 -- ARGV[1]  maximum number of requests
@@ -52,7 +68,8 @@
 -- Returns a list whose slots REPLY names (1-based; crawler/store/records.py's
 -- Reply mirrors it, 0-based, and tests/test_lua_reply.py checks they agree):
 --   now       the server's ms, the one reading of the clock of this call
---   next_due  ms of the earliest score of base:ready, base:delayed and, per
+--   next_due  ms of the earliest score of base:ready, base:delayed, the
+--             first of base:rdue later than now (recrawl on) and, per
 --             address, of ipdue and dnsq; -1: none
 --   epoch     the epoch id ("" if none)
 --   seq       the lease id counter, as this call leaves it
@@ -579,7 +596,6 @@ end
 -- them and its queued requests, and the due revisit the turn may take
 local function new_revisits(domain)
   local self = {waited = false, leased = 0}
-  local on = ipc.recrawl ~= 'off'
   local due = base .. ':due:' .. domain
   local hist = base .. ':hist:' .. domain
   local rdom = base .. ':rdom:' .. domain
@@ -601,7 +617,6 @@ local function new_revisits(domain)
   -- gone leaves the schedule; one visited less than rv_min ago (a lost
   -- write, a lease given twice) waits until rv_min after that visit
   function self.candidate()
-    if not on then return nil end
     while k == nil and skips < RV_SKIPS do
       local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
       if #head == 0 or tonumber(head[2]) > now then return nil end
@@ -686,6 +701,16 @@ local function new_revisits(domain)
   return self
 end
 
+-- with recrawl off: no revisit is served, the queue has every turn (and
+-- nothing is made per turn on the hot path). A revisit queued as its V entry
+-- is leased as any queued request; its due:<d> time is left as it is (a
+-- visit written since holds it to MIN by its record's last).
+local NO_REVISITS = {waited = false}
+function NO_REVISITS.pick(queued) if queued then return 'q' end return nil end
+function NO_REVISITS.taken() end
+function NO_REVISITS.requeued() end
+function NO_REVISITS.finish() end
+
 -- a due domain's turn: its token bucket, its delay (a fence's hold first),
 -- and per address its address's turn. Each request it gives is a due
 -- revisit or its queue's head, picked by the credit rule (new_revisits).
@@ -710,7 +735,7 @@ local function serve(domain, dkey)
     local ts = tonumber(st[3] or '') or now
     tokens = math.min(burst, tokens + (now - ts) * rate / 1000)
   end
-  local rv = new_revisits(domain)
+  local rv = ipc.recrawl ~= 'off' and new_revisits(domain) or NO_REVISITS
   local took, waits, parked, gave = 0, false, false, 0
   while taken < want do
     if rate > 0 and tokens < 1 then break end

@@ -13,6 +13,7 @@ and drive ``dequeue.lua`` through :meth:`Frontier.take` on a real Redis, with a
 
 from __future__ import annotations
 
+import random
 from hashlib import sha256
 
 import pytest
@@ -418,3 +419,69 @@ def test_a_v_entry_laid_out_otherwise_is_counted_and_handed_out_uncharged(redis_
     got = f.take(10).items
     assert kinds(got) == "v" and got[0].address == ""
     assert stat(redis_client, f, "ip_layout_errors") == 1
+
+
+# --- a model: random takes, acknowledgements (with or without their write),
+# hand-backs, expiries and new URLs -------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_no_revisit_sooner_than_min_and_the_ledger_holds(redis_client: redis.Redis, clock: ManualClock,
+                                                         seed: int) -> None:
+    """Against a model of the rules: at every step the ledger adds up; a
+    tracked URL's revisits that may have been sent (acknowledged, expired,
+    or still out: all but those handed back) are at least MIN apart, whether
+    their visit's write came (stamping ``last``) or was lost."""
+    rng = random.Random(seed)
+    f = make(redis_client, clock, share=rng.choice([0.0, 0.5, 1.0]), delay=rng.choice([0.0, 2.0]), lease=300)
+    urls = [f"http://a.test/{i}" for i in range(6)] + [f"http://b.test/{i}" for i in range(4)]
+    for url in urls:
+        domain = url.split("/")[2]
+        track(redis_client, f, url, domain, last=old(clock), due_ms=clock.ms() + rng.randrange(0, 4000) * 1000)
+    held: dict[str, tuple[str, str, float]] = {}  # lease -> (domain, k, leased at s)
+    sent: dict[str, list[float]] = {}  # k -> times of its revisits that may have been sent
+    fresh = 0
+    for _ in range(150):
+        op = rng.random()
+        acks: list[Ack] = []
+        if op < 0.3 and held:  # acknowledge some, their visits written (or the write lost)
+            for lease in rng.sample(sorted(held), rng.randint(1, len(held))):
+                domain, k, at = held.pop(lease)
+                acks.append(Ack(lease, clock.monotonic(), end=rng.choice("sn")))
+                if k and rng.random() < 0.7:
+                    # the write: last stamped now, due an interval on (at times sooner than
+                    # MIN, as a hint could: the MIN guard holds it)
+                    key = f.keys.key("hist", domain)
+                    record = bytearray(redis_client.hget(key, k))
+                    record[1:5] = int(clock.monotonic()).to_bytes(4, "big")
+                    redis_client.hset(key, k, bytes(record))
+                    redis_client.zadd(f.keys.key("due", domain), {k: clock.ms() + rng.randrange(0, 2 * MIN) * 1000})
+                    revisit_ready(redis_client, f, domain)
+        elif op < 0.4 and held:  # hand some back unsent
+            back = rng.sample(sorted(held), rng.randint(1, len(held)))
+            f.release(back)
+            for lease in back:
+                domain, k, at = held.pop(lease)
+                if k:
+                    sent[k].remove(at)
+        elif op < 0.5:
+            fresh += 1
+            f.add([item(f"http://a.test/new/{fresh}")])
+        else:
+            clock.advance(rng.choice([0.5, 3, 60, 301, 900, 2000]))
+        for lease, (domain, k, at) in list(held.items()):
+            if clock.monotonic() >= at + 300:  # expired: taken back by the next call, may have been sent
+                del held[lease]
+        got = f.take(rng.randint(1, 3), acks).items
+        for x in got:
+            k = ""
+            if x.entry[:1] == b"V":
+                k = x.entry[1:].split(b":", 1)[0].decode()
+                sent.setdefault(k, []).append(clock.monotonic())
+            held[x.lease] = (x.domain, k, clock.monotonic())
+        status = ledger(f)
+        assert status.balanced, status.as_dict()
+    assert sum(len(times) for times in sent.values()) >= 5
+    for k, times in sent.items():
+        for a, b in zip(sorted(times), sorted(times)[1:]):
+            assert b - a >= MIN, (k, a, b)

@@ -648,7 +648,7 @@ local function new_revisits(domain)
       load()
       local c = credit + share
       local kind = 'q'
-      if c >= 1 then kind, c = 'v', c - 1 end
+      if c >= 1 - 1e-9 then kind, c = 'v', c - 1 end  -- 1e-9: ten shares of 0.1 make a turn
       return kind, math.max(0, math.min(1 + share, c))
     end
     if found then return 'v' end

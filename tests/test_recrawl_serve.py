@@ -116,13 +116,14 @@ def test_share_half_alternates_within_one_turn(redis_client: redis.Redis, clock:
     assert got.count("v") == 10 and "vv" not in got and "qq" not in got
 
 
-@pytest.mark.parametrize("share", [0.25, 0.3])
+@pytest.mark.parametrize("share", [0.1, 0.25, 0.3])
 def test_other_shares_hold_within_one_turn(redis_client: redis.Redis, clock: ManualClock, share: float) -> None:
     f = make(redis_client, clock, share=share)
     both_waiting(redis_client, clock, f, 100)
     seq = "".join(kinds(f.take(1).items) for _ in range(100))
     for i in range(1, 101):
         assert abs(seq[:i].count("v") - share * i) <= 1, (i, seq)
+    assert seq.count("v") == round(share * 100)
 
 
 def test_share_zero_serves_revisits_only_when_no_new_url_waits(redis_client: redis.Redis,

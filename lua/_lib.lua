@@ -61,10 +61,12 @@ local function push(base, domain, prio, entry, front, now)
   if front then redis.call('LPUSH', q, entry) else redis.call('RPUSH', q, entry) end
   redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
   local dkey = base .. ':dom:' .. domain
-  redis.call('HINCRBY', dkey, 'n', 1)
+  local n = redis.call('HINCRBY', dkey, 'n', 1)
   local st = redis.call('HMGET', dkey, 'next', 'busy')
   if not st[2] then  -- a parked domain becomes ready when its request is done
-    redis.call('ZADD', base .. ':ready', 'NX', math.max(now, tonumber(st[1] or '0') or 0), domain)
+    -- its first queued request brings forward a domain ready only for its
+    -- revisits (later: LT); else a domain ready already keeps its place (NX)
+    redis.call('ZADD', base .. ':ready', n == 1 and 'LT' or 'NX', math.max(now, tonumber(st[1] or '0') or 0), domain)
   end
   redis.call('HINCRBY', base .. ':stats', 'queued', 1)
 end
@@ -116,6 +118,28 @@ local function policy(base, domain, d_rate, d_burst, d_delay)
   return rate, math.max(burst, 1), delay
 end
 
+-- The due time (ms) of a domain's first revisit, the head of due:<d>; nil
+-- when it has none, or recrawl is off (its tracked URLs are not served then).
+local function due_head(base, domain)
+  if defaults(base).recrawl == 'off' then return nil end
+  local head = redis.call('ZRANGE', base .. ':due:' .. domain, 0, 0, 'WITHSCORES')
+  if #head == 0 then return nil end
+  return tonumber(head[2])
+end
+
+-- A domain's place in base:ready (design/recrawl.md E): the earlier of
+-- <turn>, its queued requests' turn (nil: none queued), and its first
+-- revisit's due time, never before <floor> (its 'next'); nil: neither kind
+-- waits, it is not ready. The caller knows it is not parked.
+local function ready_score(base, domain, turn, floor)
+  local due = due_head(base, domain)
+  if due then
+    due = math.max(due, floor)
+    if turn == nil or due < turn then return due end
+  end
+  return turn
+end
+
 -- The request of lease <id> to a parked domain is done: the domain may be
 -- fetched again <delay> after <mark> (ms, server clock), the delay being
 -- stretched to delay_factor x the fetch's duration <dur> (ms) when that is
@@ -137,14 +161,16 @@ local function unpark(base, domain, id, mark, dur)
   local nxt = math.max(tonumber(st[2] or '0') or 0, mark + delay)
   redis.call('HDEL', dkey, 'busy')
   redis.call('HSET', dkey, 'next', nxt)
-  if (tonumber(st[3] or '0') or 0) > 0 then redis.call('ZADD', base .. ':ready', nxt, domain) end
+  local score = ready_score(base, domain, (tonumber(st[3] or '0') or 0) > 0 and nxt or nil, nxt)
+  if score then redis.call('ZADD', base .. ':ready', score, domain) end
 end
 
 -- A domain with tracked URLs (CRAWLER_RECRAWL; design/recrawl.md E) is
 -- ready at the earlier of its queued requests' turn and its first revisit's
 -- due time (due:<d>'s head), never before its 'next' and not while parked
 -- (the acknowledgement that unparks it looks again). Keeps base:rdue (domain
--- -> its first due ms) in step with that head. Nothing with recrawl off.
+-- -> its first due ms) in step with that head. With recrawl off its revisits
+-- make no domain ready (base:rdue is kept all the same).
 local function revisit_ready(base, domain, now)
   local head = redis.call('ZRANGE', base .. ':due:' .. domain, 0, 0, 'WITHSCORES')
   if #head == 0 then
@@ -166,14 +192,16 @@ end
 local IPB = KEYS[2] or KEYS[1]
 
 -- A domain of frontier <sbase> (this one, or another shard's in the same
--- address space) goes back into its ready set, if it has requests and is not parked.
+-- address space) goes back into its ready set, if it has requests or tracked
+-- URLs (ready_score) and is not parked; returns whether it went back.
 local function ready_again(sbase, domain, now)
   local st = redis.call('HMGET', sbase .. ':dom:' .. domain, 'n', 'busy', 'next')
-  if (tonumber(st[1] or '0') or 0) > 0 and not st[2] then
-    redis.call('ZADD', sbase .. ':ready', math.max(now, tonumber(st[3] or '0') or 0), domain)
-    return true
-  end
-  return false
+  if st[2] then return false end
+  local floor = math.max(now, tonumber(st[3] or '0') or 0)
+  local score = ready_score(sbase, domain, (tonumber(st[1] or '0') or 0) > 0 and floor or nil, floor)
+  if score == nil then return false end
+  redis.call('ZADD', sbase .. ':ready', score, domain)
+  return true
 end
 
 -- The request of lease <id> is done or given up: if it was charged to an
@@ -208,22 +236,36 @@ local function push_record(base, rec, front, now)
 end
 
 -- Lease <id> is given up (its worker handed it back: release.lua; or it
--- expired: dequeue.lua): its request goes back to the front of its queue,
--- its parked domain's delay runs from <now> (it may have been sent), and its
--- address charge, if any, is released. A lease no longer held (acknowledged,
--- or given up already) is left alone. A held lease whose record is missing
+-- expired: dequeue.lua, <expired> true): its request goes back to the front
+-- of its queue, its parked domain's delay runs from <now> (it may have been
+-- sent), and its address charge, if any, is released. A revisit (a "V"
+-- entry, design/recrawl.md E) that expired does not go back to a queue: its
+-- request may have reached the server, so it waits in due:<d> at the time
+-- it was re-armed to when leased (MIN after its lease ran out), and its
+-- admission is undone (stats revisits -1, rv_expired +1); one its worker
+-- handed back unsent goes to the front of its queue as its V entry, counted
+-- queued, keeping its admission. A lease no longer held (acknowledged, or
+-- given up already) is left alone. A held lease whose record is missing
 -- still frees its address: a charge kept would hold the address busy for
--- good. Returns whether a request went back.
-local function requeue_lease(base, id, now)
+-- good. Returns whether a request went back to a queue.
+local function requeue_lease(base, id, now, expired)
   if redis.call('ZREM', base .. ':leases', id) == 0 then return false end
   local rec = redis.call('HGET', base .. ':lease', id)
+  local back = false
   if rec then
     redis.call('HDEL', base .. ':lease', id)
-    unpark(base, split_record(rec), id, now, nil)
-    push_record(base, rec, true, now)
+    local domain, prio, entry = split_record(rec)
+    unpark(base, domain, id, now, nil)
+    if expired and string.sub(entry, 1, 1) == 'V' then
+      redis.call('HINCRBY', base .. ':stats', 'revisits', -1)
+      redis.call('HINCRBY', base .. ':stats', 'rv_expired', 1)
+    else
+      push(base, domain, prio, entry, true, now)
+      back = true
+    end
   end
   ip_release(base, id, now)
-  return rec ~= false
+  return back
 end
 
 -- Acknowledgements: "<id>" or "<id>:<age>:<dur>[:<end>]", age = ms since the

@@ -6,6 +6,22 @@
 -- leases up to N requests of due domains, within each domain's token bucket
 -- and minimum delay (and, per address, an address's turn), on the server's
 -- clock. The main block at the end lists its phases in order.
+-- Revisits (CRAWLER_RECRAWL, meta recrawl ~= 'off'; design/recrawl.md C.2
+-- and E): a domain with tracked URLs is ready at the earlier of its queued
+-- requests' turn and its first due revisit (due:<d>'s head). Each request
+-- of its turn is a due revisit or its queue's head: one kind alone takes it;
+-- when both wait, the credit rule (rdom:<d> rc += meta rv_share; rc >= 1:
+-- the revisit, rc -= 1; rc kept in [0, 1 + share]). A revisit whose record
+-- (hist:<d>) is gone leaves due:<d>; one visited less than rv_min ago waits
+-- until then (stats rv_early); else it is re-armed in due:<d> (now + lease
+-- + rv_min: a visit never written is not lost) and leased as the entry
+-- "V<k>:<trust>:<mu>:<record>" (trust: bits of base:rhost:<host>, mu:
+-- rdom:<d> mu) through the same gate, parking and token bucket as a queued
+-- request, counted an admission (stats revisits). It changes neither the
+-- domain's n nor stats queued. An expired revisit lease stays in due:<d>
+-- (revisits -1, rv_expired +1; _lib.lua's requeue_lease); one handed back
+-- (release.lua) is queued at its queue's front as its V entry, and when
+-- leased from there is re-armed again.
 -- KEYS[1]  base key of the frontier
 -- KEYS[2]  its address space (optional; see _lib.lua's IPB)
 -- ARGV[1]  maximum number of requests
@@ -54,7 +70,8 @@
 -- Returns a list whose slots REPLY names (1-based; crawler/store/records.py's
 -- Reply mirrors it, 0-based, and tests/test_lua_reply.py checks they agree):
 --   now       the server's ms, the one reading of the clock of this call
---   next_due  ms of the earliest score of base:ready, base:delayed and, per
+--   next_due  ms of the earliest score of base:ready, base:delayed, the
+--             first of base:rdue later than now (recrawl on) and, per
 --             address, of ipdue and dnsq; -1: none
 --   epoch     the epoch id ("" if none)
 --   seq       the lease id counter, as this call leaves it
@@ -154,6 +171,13 @@ local function next_due()
   end
   sooner(ready)
   sooner(base .. ':delayed')
+  if ipc.recrawl ~= 'off' then
+    -- the first domain whose first revisit comes due later: a domain with one
+    -- due already is in base:ready, or parked (its acknowledgement wakes it)
+    -- or waiting on its address or name (below): no wake for it, nor a spin
+    local first = redis.call('ZRANGEBYSCORE', base .. ':rdue', '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if #first > 0 and (due < 0 or tonumber(first[2]) < due) then due = tonumber(first[2]) end
+  end
   if gated then
     sooner(IPB .. ':ipdue')  -- an address frees: its waiter is offered it by the next call
     sooner(base .. ':dnsq')
@@ -163,11 +187,12 @@ end
 
 -- === the phases before the turns ===
 
--- leases past their deadline (their workers are gone): back to the front of their queues
+-- leases past their deadline (their workers are gone): back to the front of
+-- their queues; revisits back to their schedule (_lib.lua's requeue_lease)
 local function requeue_expired()
   local expired = redis.call('ZRANGEBYSCORE', base .. ':leases', '-inf', now, 'LIMIT', 0, 200)
   for e = #expired, 1, -1 do  -- backwards: pushed to the front, they keep their order
-    requeue_lease(base, expired[e], now)
+    requeue_lease(base, expired[e], now, true)
   end
   if #expired > 0 then redis.call('HINCRBY', stats, 'leases_expired', #expired) end
 end
@@ -300,13 +325,49 @@ local function str_at(s, i)
   return string.sub(s, i, i + len - 1), i + len
 end
 
+-- a revisit's entry (design/recrawl.md E) is "V<k>:<trust>:<mu>:<record>",
+-- the record a tracked URL's history (crawler/recrawl/record.py): a fixed
+-- part of REC_FIXED bytes whose first is its flags, REC_WARC more when flags
+-- has REC_WARC_FLAG, the ETag (one length byte, then as many), then the
+-- queue entry the URL was leased as ("U..." or "R...").
+local REC_FIXED, REC_WARC, REC_WARC_FLAG = 39, 30, 1
+
+-- the index at which the record of revisit entry <entry> starts, and its k;
+-- nil when it is not laid out so
+local function revisit_parts(entry)
+  local a = string.find(entry, ':', 2, true)
+  local b = a and string.find(entry, ':', a + 1, true)
+  local c = b and string.find(entry, ':', b + 1, true)
+  if not c then return nil end
+  return c + 1, string.sub(entry, 2, a - 1)
+end
+
+-- the index at which the queue entry inside the history record at <i> of
+-- <s> starts (nil: cut short)
+local function record_entry_at(s, i)
+  local flags = string.byte(s, i)
+  if not flags then return nil end
+  local e = i + REC_FIXED
+  if flags % (2 * REC_WARC_FLAG) >= REC_WARC_FLAG then e = e + REC_WARC end
+  local etag = string.byte(s, e)
+  if not etag or e + etag + 1 > #s then return nil end
+  return e + etag + 1
+end
+
 -- the URL of a queued entry, as crawler/store/codec.py lays it out:
 -- "U<depth> <url>", or "R" + a msgpack map (fixmap, map16, map32) whose
--- first key is "url", a str; read without unpacking the rest. nil when the
--- entry is laid out otherwise
+-- first key is "url", a str; read without unpacking the rest; of a revisit
+-- ("V", above), its inner entry's. nil when the entry is laid out otherwise
 local MAP_HEADER = {[0xde] = 3, [0xdf] = 5}
 local function url_of(entry)
   local kind = string.sub(entry, 1, 1)
+  if kind == 'V' then
+    local at = revisit_parts(entry)
+    local inner = at and record_entry_at(entry, at)
+    local ik = inner and string.sub(entry, inner, inner)
+    if ik ~= 'U' and ik ~= 'R' then return nil end
+    return url_of(string.sub(entry, inner))
+  end
   if kind == 'U' then
     local space = string.find(entry, ' ', 1, true)
     return space and string.sub(entry, space + 1)
@@ -494,9 +555,12 @@ local function lease(domain, prio, entry, address, shared)
   return sent, id
 end
 
--- a domain's turn is over: <took> requests taken, <n> left, <tokens> in its
--- bucket; its next place in base:ready (unless the gate moved it: <waits>)
-local function end_turn(domain, dkey, n, tokens, took, waits, rate, burst, delay)
+-- a domain's turn is over: <took> requests taken off its queue, <n> left,
+-- <tokens> in its bucket, <parked> whether a lease of this turn parked it;
+-- its next place in base:ready (unless the gate moved it: <waits>): the
+-- earlier of its queued requests' and its first revisit's turn
+-- (_lib.lua's ready_score), or none
+local function end_turn(domain, dkey, n, tokens, took, waits, parked, rate, burst)
   if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
   if waits then  -- the gate moved the domain: off base:ready, or to a later score
     redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now)
@@ -506,15 +570,155 @@ local function end_turn(domain, dkey, n, tokens, took, waits, rate, burst, delay
   if rate > 0 and tokens < 1 then nxt = math.max(nxt, now + math.ceil((1 - tokens) * 1000 / rate)) end
   if rate <= 0 then tokens = burst end
   redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, 'next', nxt)
-  if n > 0 and not (delay > 0 and took > 0) then
-    redis.call('ZADD', ready, nxt, domain)
+  local score = not parked and ready_score(base, domain, n > 0 and nxt or nil, nxt)
+  if score then
+    redis.call('ZADD', ready, score, domain)
   else
     redis.call('ZREM', ready, domain)
   end
 end
 
+-- === revisits (CRAWLER_RECRAWL; design/recrawl.md C.2 and E) ===
+
+-- a turn looks at no more than this many due revisits it cannot take (gone,
+-- or too early after their last visit) before it lets the queue have it
+local RV_SKIPS = 8
+
+-- bits of the validators not to send to <host> (base:rhost:<host>): 1 no
+-- If-None-Match, 2 no If-Modified-Since, 4 none at all; each while its ms
+-- is in the future
+local function trust_of(host)
+  if host == nil then return 0 end
+  local v = redis.call('HMGET', base .. ':rhost:' .. host, 'etag', 'lm', 'all')
+  local bits = 0
+  if (tonumber(v[1] or '') or 0) > now then bits = bits + 1 end
+  if (tonumber(v[2] or '') or 0) > now then bits = bits + 2 end
+  if (tonumber(v[3] or '') or 0) > now then bits = bits + 4 end
+  return bits
+end
+
+-- one domain's revisits, for its turn in serve(): the credit rule between
+-- them and its queued requests, and the due revisit the turn may take
+local function new_revisits(domain)
+  local self = {waited = false, leased = 0}
+  local due = base .. ':due:' .. domain
+  local hist = base .. ':hist:' .. domain
+  local rdom = base .. ':rdom:' .. domain
+  local share = math.max(0, math.min(1, ipc.rv_share))
+  local credit, mu = nil, nil  -- rdom 'rc' and 'mu', read when first needed
+  local credited = false  -- the credit changed: written at the end
+  local moved = false  -- due:<d> changed: base:rdue follows its head at the end
+  local skips = 0
+  local k, rec = nil, nil  -- the due revisit found, until it is taken
+
+  local function load()
+    if credit == nil then
+      local v = redis.call('HMGET', rdom, 'rc', 'mu')
+      credit, mu = tonumber(v[1] or '') or 0, v[2] or ''
+    end
+  end
+
+  -- the first due revisit that may go now, if any: a URL whose record is
+  -- gone leaves the schedule; one visited less than rv_min ago (a lost
+  -- write, a lease given twice) waits until rv_min after that visit
+  function self.candidate()
+    while k == nil and skips < RV_SKIPS do
+      local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+      if #head == 0 or tonumber(head[2]) > now then return nil end
+      local r = redis.call('HGET', hist, head[1])
+      local last = r and uint_at(r, 2, 4)
+      if not last then
+        redis.call('ZREM', due, head[1])
+        moved = true
+        skips = skips + 1
+      elseif now - last * 1000 < ipc.rv_min then
+        redis.call('ZADD', due, last * 1000 + ipc.rv_min, head[1])
+        redis.call('HINCRBY', stats, 'rv_early', 1)
+        moved = true
+        skips = skips + 1
+      else
+        k, rec = head[1], r
+      end
+    end
+    if k then self.waited = true end
+    return k
+  end
+
+  -- which kind takes this turn, <queued>: whether requests are queued; 'v'
+  -- (a revisit), 'q' (the queue's head) or nil (neither waits), and the
+  -- credit after it if the turn is taken (nil: one kind alone, unchanged)
+  function self.pick(queued)
+    local found = self.candidate()
+    if found and queued then
+      load()
+      local c = credit + share
+      local kind = 'q'
+      if c >= 1 - 1e-9 then kind, c = 'v', c - 1 end  -- 1e-9: ten shares of 0.1 make a turn
+      return kind, math.max(0, math.min(1 + share, c))
+    end
+    if found then return 'v' end
+    if queued then return 'q' end
+    return nil
+  end
+
+  -- the turn went to the kind picked: its credit is kept
+  function self.taken(c)
+    if c ~= nil and c ~= credit then credit, credited = c, true end
+  end
+
+  -- the due revisit's entry, "V<k>:<trust>:<mu>:<record>", as the gate and the lease see it
+  function self.entry()
+    load()
+    local at = record_entry_at(rec, 1)
+    local host = at and host_of(string.sub(rec, at))
+    return 'V' .. k .. ':' .. trust_of(host) .. ':' .. mu .. ':' .. rec
+  end
+
+  -- the revisit is leased: if its visit never comes back, it is due again
+  -- rv_min after its lease runs out (re-armed); counted an admission
+  function self.lease()
+    redis.call('ZADD', due, now + lease_ms + ipc.rv_min, k)
+    moved = true
+    self.leased = self.leased + 1
+    k, rec = nil, nil
+  end
+
+  -- a revisit queued as its V entry (handed back unsent) is leased again:
+  -- re-armed likewise, if still tracked (it keeps its admission)
+  function self.requeued(entry)
+    local _, rk = revisit_parts(entry)
+    if rk and redis.call('ZADD', due, 'XX', 'CH', now + lease_ms + ipc.rv_min, rk) == 1 then moved = true end
+  end
+
+  -- the turn is over: the counters, the credit, base:rdue
+  function self.finish()
+    if self.leased > 0 then redis.call('HINCRBY', stats, 'revisits', self.leased) end
+    if credited then redis.call('HSET', rdom, 'rc', credit) end
+    if moved then
+      local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+      if #head == 0 then
+        redis.call('ZREM', base .. ':rdue', domain)
+      else
+        redis.call('ZADD', base .. ':rdue', head[2], domain)
+      end
+    end
+  end
+  return self
+end
+
+-- with recrawl off: no revisit is served, the queue has every turn (and
+-- nothing is made per turn on the hot path). A revisit queued as its V entry
+-- is leased as any queued request; its due:<d> time is left as it is (a
+-- visit written since holds it to MIN by its record's last).
+local NO_REVISITS = {waited = false}
+function NO_REVISITS.pick(queued) if queued then return 'q' end return nil end
+function NO_REVISITS.taken() end
+function NO_REVISITS.requeued() end
+function NO_REVISITS.finish() end
+
 -- a due domain's turn: its token bucket, its delay (a fence's hold first),
--- and per address its address's turn
+-- and per address its address's turn. Each request it gives is a due
+-- revisit or its queue's head, picked by the credit rule (new_revisits).
 local function serve(domain, dkey)
   local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts', 'busy')
   if st[4] then  -- parked: its request is out (never ready; kept out if put back by hand)
@@ -536,30 +740,49 @@ local function serve(domain, dkey)
     local ts = tonumber(st[3] or '') or now
     tokens = math.min(burst, tokens + (now - ts) * rate / 1000)
   end
-  local took, waits = 0, false
-  while taken < want and n > 0 do
+  local rv = ipc.recrawl ~= 'off' and new_revisits(domain) or NO_REVISITS
+  local took, waits, parked, gave = 0, false, false, 0
+  while taken < want do
     if rate > 0 and tokens < 1 then break end
+    local kind, credit = rv.pick(n > 0)
+    if kind == nil then break end
+    local prio, entry = nil, nil
+    if kind == 'v' then
+      prio, entry = '0', rv.entry()
+    elseif gated then
+      prio, entry = peek(domain)
+    end
     local address, shared = '', false
-    if gated then
-      local head_prio, head = peek(domain)
-      if head_prio == nil then n = 0; break end
-      address, shared = route_apply(domain, head, route(domain, head))
+    if gated and entry then
+      address, shared = route_apply(domain, entry, route(domain, entry))
       if address == nil then waits = true; break end
     end
-    local prio, entry = pop(domain)
-    if prio == nil then n = 0; break end
-    n = n - 1
-    tokens = tokens - 1
-    took = took + 1
-    local sent, id = lease(domain, prio, entry, address, shared)
-    if delay > 0 and sent then
-      redis.call('HSET', dkey, 'busy', id)  -- parked until this lease is acknowledged
-      break
+    if kind == 'q' then prio, entry = pop(domain) end
+    if prio == nil then
+      n = 0  -- its queue was empty after all: the other kind, if it waits
+    else
+      rv.taken(credit)
+      if kind == 'v' then
+        rv.lease()
+      else
+        n = n - 1
+        took = took + 1
+        if string.sub(entry, 1, 1) == 'V' then rv.requeued(entry) end
+      end
+      tokens = tokens - 1
+      gave = gave + 1
+      local sent, id = lease(domain, prio, entry, address, shared)
+      if delay > 0 and sent then
+        redis.call('HSET', dkey, 'busy', id)  -- parked until this lease is acknowledged
+        parked = true
+        break
+      end
+      if gated and sent then break end  -- one request a turn of its address
     end
-    if gated and sent then break end  -- one request a turn of its address
   end
-  if took == 0 and n > 0 then denials = denials + 1 end
-  end_turn(domain, dkey, n, tokens, took, waits, rate, burst, delay)
+  if gave == 0 and (n > 0 or rv.waited) then denials = denials + 1 end
+  rv.finish()
+  end_turn(domain, dkey, n, tokens, took, waits, parked, rate, burst)
 end
 
 -- the due domains in order of their turn, until <want> requests are taken

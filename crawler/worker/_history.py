@@ -13,6 +13,9 @@ settings; the write rides on the acknowledgement. It counts what it sees:
   to keep (``CRAWLER_RECRAWL_ENTRY_MAX``), fetched once; logged at WARNING
   at most once an hour with the running count (the caps the frontier
   refuses at are its own count, ``rv_untracked``);
+- ``crawler/recrawl/unreadable``: a revisit whose record or state could not
+  be read (logged at ERROR; the lease ends as it would, its history left
+  as it was);
 - ``crawler/recrawl/lies/<kind>`` (``etag``, ``last_modified``,
   ``last_modified_now``, ``ignored``): the evidence a host gave; a frozen
   ETag or Last-Modified is logged at WARNING once per host per process.
@@ -85,8 +88,14 @@ class HistoryBook:
         meta = page.meta
         state = meta.get(RECRAWL_STATE)
         digest = b"" if state is not None else self.fingerprinter.fingerprint(request)
-        judged = judge(meta, lease.entry, lease.domain, digest, end, self.rules, host_of_url(request.url),
-                       self.clock.time(), self.mu.get(lease.domain))
+        try:
+            judged = judge(meta, lease.entry, lease.domain, digest, end, self.rules, host_of_url(request.url),
+                           self.clock.time(), self.mu.get(lease.domain))
+        except (KeyError, TypeError, ValueError) as exc:  # a record or state that is not one: the lease still ends
+            inc(self.stats, "crawler/recrawl/unreadable")
+            logger.error("No history write for %s (its history is left as it was; crawler/recrawl/unreadable): %s",
+                         request.url, exc)
+            return None
         write = judged.write
         if write is None:
             if judged.why == UNTRACKED:

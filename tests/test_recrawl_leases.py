@@ -31,6 +31,7 @@ from tests.servers import crawler_for
 DAY = 86400
 RULES = Rules("fixed", interval=DAY, low=3600, high=30 * DAY)
 URL = "http://www.a.test/page"
+K = key_of(url_fingerprint(URL))  # the URL's history key
 
 
 class Sent(list):
@@ -84,9 +85,9 @@ def test_a_not_modified_end_waits_for_storage_and_is_acknowledged_as_not_modifie
         redis_url: str, clock: ManualClock) -> None:
     leases, sent, storage, _, stats = leases_on(redis_url, clock)
     old = History(entry=b"U0 " + URL.encode(), last=int(clock.time()) - DAY, iv=DAY, length=4321)
-    request = Request(URL, meta={RECRAWL_STATE: {"k": "12345", "record": pack(old), "trust": 0, "mu": None},
+    request = Request(URL, meta={RECRAWL_STATE: {"k": K, "record": pack(old), "trust": 0, "mu": None},
                                  RECRAWL_SEEN: seen(status=304)})
-    lease = lent(leases, "1", request, b"V12345:0::" + pack(old))
+    lease = lent(leases, "1", request, b"V" + K.encode() + b":0::" + pack(old))
     lease.ack(NOT_MODIFIED)
     assert not sent and leases.awaiting_storage() == [lease]  # held: the revisit record is not written yet
     clock.advance(0.01)
@@ -95,7 +96,7 @@ def test_a_not_modified_end_waits_for_storage_and_is_acknowledged_as_not_modifie
     clock.advance(0.01)  # the next look at storage
     (ack,) = sent
     assert ack.end == NOT_MODIFIED and ack.wire(clock.monotonic()).endswith(":n")
-    assert ack.write is not None and ack.write.mode == UPDATE and ack.write.k == "12345"
+    assert ack.write is not None and ack.write.mode == UPDATE and ack.write.k == K
     assert ack.write.outcome == NOT_MODIFIED_304 and ack.write.saved == 4321
     assert stats.get_value("crawler/frontier/ended/not_modified") == 1
     assert stats.get_value("crawler/recrawl/writes/update") == 1
@@ -119,9 +120,9 @@ def test_a_first_visit_acknowledgement_carries_its_create(redis_url: str, clock:
 def test_an_identical_payload_revisit_ends_not_modified(redis_url: str, clock: ManualClock) -> None:
     leases, sent, storage, _, stats = leases_on(redis_url, clock)
     old = History(entry=b"U0 " + URL.encode(), last=int(clock.time()) - DAY, iv=DAY, length=99)
-    request = Request(URL, meta={RECRAWL_STATE: {"k": "7", "record": pack(old), "trust": 0, "mu": None},
+    request = Request(URL, meta={RECRAWL_STATE: {"k": K, "record": pack(old), "trust": 0, "mu": None},
                                  RECRAWL_SEEN: seen()})
-    lent(leases, "3", request, b"V7:0::" + pack(old)).ack(STORED)
+    lent(leases, "3", request, b"V" + K.encode() + b":0::" + pack(old)).ack(STORED)
     assert not sent
     # the WARC writer found the payload identical to the last stored one, then holds the page
     request.meta[RECRAWL_SEEN]["capture"] = {"profile": "identical-payload-digest", "wd": b"\x00" * 6,
@@ -150,7 +151,7 @@ def test_an_unreadable_record_ends_the_lease_without_a_write(redis_url: str, clo
                                                              caplog: pytest.LogCaptureFixture) -> None:
     leases, sent, storage, _, stats = leases_on(redis_url, clock)
     storage.kept.add(URL)
-    request = Request(URL, meta={RECRAWL_STATE: {"k": "1", "record": b"Xbroken", "trust": 0, "mu": None},
+    request = Request(URL, meta={RECRAWL_STATE: {"k": K, "record": b"Xbroken", "trust": 0, "mu": None},
                                  RECRAWL_SEEN: seen()})
     with caplog.at_level(logging.ERROR, logger="crawler.worker._history"):
         lent(leases, "u1", request, b"V1:0::Xbroken").ack(STORED)
@@ -175,9 +176,9 @@ def test_a_lie_is_counted_and_said_once_per_host(redis_url: str, clock: ManualCl
                   chg=b"\x00" * 6)
     with caplog.at_level(logging.WARNING, logger="crawler.worker._history"):
         for i in range(3):
-            request = Request(URL, meta={RECRAWL_STATE: {"k": "9", "record": pack(old), "trust": 0, "mu": None},
+            request = Request(URL, meta={RECRAWL_STATE: {"k": K, "record": pack(old), "trust": 0, "mu": None},
                                          RECRAWL_SEEN: seen(f"v{i}", etag=b'"f"')})
-            lent(leases, f"l{i}", request, b"V9:0::" + pack(old)).ack(STORED)
+            lent(leases, f"l{i}", request, b"V" + K.encode() + b":0::" + pack(old)).ack(STORED)
     assert [a.write.lie for a in sent] == ["etag"] * 3
     assert stats.get_value("crawler/recrawl/lies/etag") == 3
     assert len([r for r in caplog.records if "www.a.test" in r.getMessage()]) == 1

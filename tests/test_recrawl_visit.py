@@ -98,6 +98,18 @@ def test_a_first_visit_is_not_tracked_when_off_refused_gone_or_too_large() -> No
     assert first(seen(), entry=fits) is not None
 
 
+def test_a_redirect_target_carrying_its_sources_state_is_its_own_first_visit() -> None:
+    source = record(entry=b"U0 http://www.a.test/old")
+    state = {"k": key_of(Fingerprinter().fingerprint(Request("http://www.a.test/old"))), "record": pack(source),
+             "trust": 0, "mu": None}
+    meta = {RECRAWL_STATE: state, RECRAWL_SEEN: seen()}
+    write = history_write(meta, ENTRY, "a.test", DIGEST, STORED, FIXED, "www.a.test", NOW)
+    assert write is not None and write.mode == CREATE and write.k == K and unpack(write.record).entry == ENTRY
+    own = history_write({**meta, RECRAWL_STATE: {**state, "k": K}}, ENTRY, "a.test", DIGEST, STORED, FIXED,
+                        "www.a.test", NOW)
+    assert own is not None and own.mode == UPDATE
+
+
 @pytest.mark.parametrize("end", [REDIRECTED, DISALLOWED])
 def test_a_revisit_redirected_or_disallowed_deletes_the_history(end: str) -> None:
     write = revisit(record(), None, end)

@@ -14,7 +14,9 @@ acknowledgement, where the frontier's script applies it before the ack.
   :func:`~crawler.recrawl.record.key_of` of the request's dedup digest (the
   one ``Offers`` computes, passed in). Otherwise None; :func:`judge` says why
   (``untracked`` for an entry too large: the caller counts it).
-- *A revisit* (``RECRAWL_STATE`` present): ``DELETE`` when it ended
+- *A revisit* (``RECRAWL_STATE`` present, and its ``k`` the request's own
+  when ``digest`` is given: a redirect's target carries its source's meta,
+  and is its own URL's first visit): ``DELETE`` when it ended
   redirected (``x``), disallowed by robots.txt (``r``), ``meta[RECRAWL]`` is
   False, or it answered 404/410 the second time in a row; ``UPDATE`` when it
   ended stored or not modified; else None (a failed revisit leaves the
@@ -139,6 +141,8 @@ def judge(meta: dict[str, Any], entry: bytes, domain: str, digest: bytes, end: s
     if not rules.on:
         return Judged(None, OFF)
     state = meta.get(RECRAWL_STATE)
+    if state is not None and digest and key_of(digest) != str(state.get("k")):
+        state = None  # another URL's state, carried over (a redirect's target): this URL's first visit
     if state is None:
         return _first(meta, entry, domain, digest, end, rules, host)
     return _again(meta, state, domain, end, rules, host, now, mu)

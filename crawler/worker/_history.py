@@ -87,7 +87,7 @@ class HistoryBook:
         page = lease.page if lease.page is not None else request
         meta = page.meta
         state = meta.get(RECRAWL_STATE)
-        digest = b"" if state is not None else self.fingerprinter.fingerprint(request)
+        digest = self.fingerprinter.fingerprint(request)  # a revisit's too: its state must be its own URL's
         try:
             judged = judge(meta, lease.entry, lease.domain, digest, end, self.rules, host_of_url(request.url),
                            self.clock.time(), self.mu.get(lease.domain))

@@ -8,9 +8,16 @@ A lease ends with an acknowledgement (:class:`Ack`)
 that carries when its response began and ended, so the frontier can set the
 domain's next turn, and how the request ended (stored, dead letter, ...), so
 the frontier can count every URL it admitted into one end. A page is
-acknowledged as stored only once its storage (the WARC writer) says it holds
-it: until then its lease is *storing*; a page that storage failed to keep is
-never acknowledged and goes back to the frontier when the worker closes.
+acknowledged as stored (or not modified: every end of ``STORED_ENDS``) only
+once its storage (the WARC writer) says it holds it, and with the end it was
+given: until then its lease is *storing*; a page that storage failed to keep
+is never acknowledged and goes back to the frontier when the worker closes.
+
+With recrawl on, the acknowledgement of a lease that ended carries the URL's
+history write (``Ack.write``), built by ``Leases.history`` when it ends, so
+after storage has answered (the WARC capture is known): a revisit whose
+page storage found identical to the last stored one ends not modified
+(``n``), as a 304 does. A retry carries no write.
 Nothing here talks to Redis; a lease this worker never acknowledges (it died)
 comes back when it expires in Redis.
 
@@ -36,13 +43,21 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from crawler.clock import Clock
 from crawler.meta import DEAD as DEAD_KEY
 from crawler.meta import END, LEASE, NON_HTML
-from crawler.store import DEAD, ENDS, SKIPPED, STORED, UNKNOWN, Leased
+from crawler.recrawl.visit import final_end
+from crawler.store import DEAD, ENDS, SKIPPED, STORED, STORED_ENDS, UNKNOWN, Leased
 from crawler.worker._stats import inc
+
+if TYPE_CHECKING:
+    from crawler.store.records import HistoryWrite
+
+#: builds a lease's history write when it ends (``Leases.history``): ``(lease, end) -> HistoryWrite | None``
+HistoryHook = Callable[["Lease", str], "HistoryWrite | None"]
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +71,9 @@ class Ack(NamedTuple):
     mark: float | None = None  # seconds on the scheduler's monotonic clock; None: now
     duration: float | None = None  # seconds the fetch took, when known
     end: str = ""  # one of ENDS; "" when the request moved on (a retry, a hand-back)
+    #: the URL's history write (recrawl), sent with the acknowledgement and
+    #: applied before it (``crawler/store/records.py`` ``wire_writes``); not in :meth:`wire`
+    write: HistoryWrite | None = None
 
     def wire(self, now: float) -> str:
         """The scripts' form, its age counted at ``now`` (as the round trip
@@ -123,6 +141,7 @@ class Lease:
         self.payload: Any = None  # what it is lent as: set by Leases.lend
         self.storing = False  # done, its page on its way to storage (acknowledged once there)
         self.page: Any = None  # the request whose page storage is to hold
+        self.end_as = ""  # the end it was given while its page is on its way to storage (one of STORED_ENDS)
         self.given_up: str | None = None  # a dead letter's reason
         self._began: float | None = None
         self._ended: float | None = None
@@ -212,6 +231,9 @@ class Leases:
         self.look_every = look_every
         self._look: Any = None  # the next look at pages on their way to storage
         self._lent: dict[str, Lease] = {}
+        #: recrawl: builds the history write an ending lease's acknowledgement
+        #: carries (``crawler/worker/_history.py``); None when recrawl is off
+        self.history: HistoryHook | None = None
 
     def __len__(self) -> int:
         return len(self._lent)
@@ -234,20 +256,29 @@ class Leases:
         if self._lent.get(lease.id) is not lease:
             return  # ended before
         lease.page = lease.payload if page is None else page
-        if end == STORED and self.storage is not None and not self.storage.stored(lease.page):
+        if end in STORED_ENDS and self.storage is not None and not self.storage.stored(lease.page):
             lease.storing = True
+            lease.end_as = end
             self._look_soon()
         else:
             self.sink.ack(self._close(lease, end))
 
     def _close(self, lease: Lease, end: str = "") -> Ack:
-        """``lease`` no longer lent; its acknowledgement (counted when it ends)."""
+        """``lease`` no longer lent; its acknowledgement (counted when it
+        ends), with its history write when recrawl is on and it ended (a
+        retry, ``end`` "", carries none: the URL moves on unvisited)."""
         self._lent.pop(lease.id, None)
         if lease.payload is not None:
             lease.payload.meta.pop(LEASE, None)  # the request no longer covers a lease
+        write = None
+        if end and self.history is not None:
+            page = lease.page if lease.page is not None else lease.payload
+            if page is not None:
+                end = final_end(page.meta, end)  # an identical payload on a revisit: not modified
+            write = self.history(lease, end)
         if end:
             inc(self.stats, f"crawler/frontier/ended/{ENDS[end]}")
-        return lease.acknowledgement(end)
+        return lease.acknowledgement(end)._replace(write=write)
 
     def delay(self, lease: Lease, seconds: float, again: Leased) -> None:
         if self._lent.get(lease.id) is lease:
@@ -261,7 +292,7 @@ class Leases:
             return
         for lease in self.awaiting_storage():
             if self.storage.stored(lease.page):
-                self.sink.ack(self._close(lease, STORED))
+                self.sink.ack(self._close(lease, lease.end_as or STORED))
         self._look_soon()
 
     def _look_soon(self) -> None:

@@ -15,6 +15,11 @@ the page is fetched again). An acknowledgement leaves within
 ``CRAWLER_ACK_INTERVAL`` of being buffered (a parked domain waits for it):
 the buffer calls ``acks_due`` then, and the session picks the round trip.
 
+With recrawl on, a URL's history write rides on its acknowledgement
+(``Ack.write``, ``_leases.py``): buffered, kept on a failed round trip and
+sent with it, so the write and the ack leave in the same script call (the
+frontier sends ``wire_writes(acks)`` right after the acks), never apart.
+
 Redis out of memory (maxmemory with noeviction) refuses the enqueue and
 delay scripts: new URLs are dropped and counted (``oom_dropped``); a retry
 of a leased request is not dropped: its lease is not acknowledged, so its

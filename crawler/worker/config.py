@@ -1,5 +1,15 @@
 """The frontier's settings, read once through the registry
-(:mod:`crawler.settings_registry`), which checks them."""
+(:mod:`crawler.settings_registry`), which checks them.
+
+Recrawl (``CRAWLER_RECRAWL*``, design/recrawl.md C.1, C.5, E) is checked
+across settings here, each failure a one-line :class:`SettingsError`:
+``CRAWLER_RECRAWL_MIN`` at least ``CRAWLER_DOMAIN_DELAY``,
+``CRAWLER_RECRAWL_MAX`` at least ``CRAWLER_RECRAWL_MIN``; an
+``CRAWLER_RECRAWL_INTERVAL`` outside [MIN, MAX] is clamped into it with a
+warning; ``CRAWLER_RECRAWL_DOMAIN_MAX`` 0 is derived from the delay
+(``share × MAX / delay``: what a domain's revisit share can visit within MAX;
+0, no cap, without a delay). With ``CRAWLER_RECRAWL`` off nothing is checked
+and the record is ``Recrawl()`` (off)."""
 
 from __future__ import annotations
 
@@ -12,7 +22,9 @@ from scrapy.utils.python import global_object_name
 
 from crawler.clock import SYSTEM, Clock
 from crawler.settings_registry import SettingsError, lease_seconds, setting
+from crawler.recrawl.visit import Rules
 from crawler.store import AddressPoliteness, Dedup, Frontier, Politeness
+from crawler.store.records import Recrawl
 
 if TYPE_CHECKING:
     import redis
@@ -54,16 +66,35 @@ class FrontierSettings:
     flush_on_start: bool
     idle_before_close: float
     tracking: list[str]
+    #: how the frontier revisits (``Frontier.open()`` writes it into ``:meta``)
+    recrawl: Recrawl = Recrawl()
+    #: what the worker's history writes follow (``crawler/recrawl/visit.py``)
+    recrawl_rules: Rules = Rules()
+    #: ``adaptive``: revisits per day of a domain without a delay (0: no budget)
+    recrawl_budget: float = 0.0
 
     def frontier(self, client: redis.Redis, keys: Keys, clock: Clock = SYSTEM, shards: int = 1) -> Frontier:
         """The frontier at ``keys`` (one of ``shards``) as these settings describe it."""
         return Frontier(client, keys, dedup=self.dedup, politeness=self.politeness, overrides=self.overrides,
                         domain_cap=self.domain_cap, domain_budget=self.domain_budget,
-                        lease_seconds=self.lease_seconds, addresses=self.addresses, shards=shards, clock=clock)
+                        lease_seconds=self.lease_seconds, addresses=self.addresses, shards=shards, clock=clock,
+                        recrawl=self.recrawl)
+
+    def revisit_budget(self, domain: str) -> float | None:
+        """``adaptive``: the revisits a day ``domain``'s pages share (C.5, E):
+        ``SHARE × 86400 / (delay + 1)`` at its delay (its override's, else
+        ``CRAWLER_DOMAIN_DELAY``), ``CRAWLER_RECRAWL_BUDGET`` without a delay,
+        None when that is 0 too (each page kept ``CRAWLER_RECRAWL_FRESHNESS``
+        fresh)."""
+        delay = self.overrides.get(domain, {}).get("delay", self.politeness.delay)
+        if delay > 0:
+            return self.recrawl.share * 86400 / (delay + 1)
+        return self.recrawl_budget or None
 
     @classmethod
     def from_settings(cls, settings: BaseSettings) -> FrontierSettings:
         """Read through the registry, which checks each value's form and range."""
+        recrawl = recrawl_of(settings)
         prefetch = setting(settings, "CRAWLER_PREFETCH")
         if prefetch is None:
             # 0 is Scrapy's "no limit": the cap then follows the due domains (extensions/concurrency.py)
@@ -110,7 +141,37 @@ class FrontierSettings:
             flush_on_start=setting(settings, "SCHEDULER_FLUSH_ON_START"),
             idle_before_close=setting(settings, "SCHEDULER_IDLE_BEFORE_CLOSE"),
             tracking=setting(settings, "CRAWLER_TRACKING_PARAMS"),
+            recrawl=recrawl,
+            recrawl_rules=Rules.of(recrawl, setting(settings, "CRAWLER_RECRAWL_ENTRY_MAX"),
+                                   setting(settings, "CRAWLER_RECRAWL_FRESHNESS")),
+            recrawl_budget=setting(settings, "CRAWLER_RECRAWL_BUDGET"),
         )
+
+
+def recrawl_of(settings: BaseSettings) -> Recrawl:
+    """The ``Recrawl`` record of ``CRAWLER_RECRAWL*``, checked across
+    settings (see the module's docstring); ``Recrawl()`` when off."""
+    mode = setting(settings, "CRAWLER_RECRAWL")
+    if mode == "off":
+        return Recrawl()
+    delay = setting(settings, "CRAWLER_DOMAIN_DELAY")
+    low, high = setting(settings, "CRAWLER_RECRAWL_MIN"), setting(settings, "CRAWLER_RECRAWL_MAX")
+    interval, share = setting(settings, "CRAWLER_RECRAWL_INTERVAL"), setting(settings, "CRAWLER_RECRAWL_SHARE")
+    if low < delay:
+        raise SettingsError(f"CRAWLER_RECRAWL_MIN ({low:g} s) must be at least CRAWLER_DOMAIN_DELAY ({delay:g} s)")
+    if high < low:
+        raise SettingsError(f"CRAWLER_RECRAWL_MAX ({high:g} s) must be at least CRAWLER_RECRAWL_MIN ({low:g} s)")
+    if not low <= interval <= high:
+        clamped = min(max(interval, low), high)
+        logger.warning("CRAWLER_RECRAWL_INTERVAL (%g s) is outside [CRAWLER_RECRAWL_MIN, CRAWLER_RECRAWL_MAX] = "
+                       "[%g, %g]: %g s is used", interval, low, high, clamped)
+        interval = clamped
+    domain_max = setting(settings, "CRAWLER_RECRAWL_DOMAIN_MAX")
+    if not domain_max and delay > 0:
+        domain_max = max(1, int(share * high / delay))  # share × 86400 / delay × MAX in days
+    return Recrawl(mode=mode, interval=float(interval), min=float(low), max=float(high), share=float(share),
+                   max_tracked=setting(settings, "CRAWLER_RECRAWL_MAX_TRACKED"), domain_max=domain_max,
+                   distrust=float(setting(settings, "CRAWLER_RECRAWL_DISTRUST")))
 
 
 #: settings of scrapy-redis and Scrapy that this scheduler does not read

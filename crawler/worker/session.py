@@ -20,8 +20,10 @@ everything between it and Redis is private here: the write buffer and when
 acknowledgements leave (``_writes.py``), offers (``_offers.py``), other
 shards' links (``_shards.py``), the dequeue pace (``_intake.py``), the outage
 guard and the epoch check (``_outage.py``), how leases end (``_leases.py``)
-and what components ask besides (``_services.py``). Scrapy's engine is
-reached only through the ``Engine`` given in (the scheduler adapter's).
+and what components ask besides (``_services.py``), and with recrawl on the
+history writes acknowledgements carry and the domains' μ (``_history.py``,
+solved in the session's tick). Scrapy's engine is reached only through the
+``Engine`` given in (the scheduler adapter's).
 
 Redis errors: an outage (``REDIS_ERRORS``) pauses the crawl and is retried;
 any other Redis error (a script error, a key of the wrong type) is raised,
@@ -48,6 +50,7 @@ from crawler.identity import Canonicalizer
 from crawler.meta import ADDRESS, LEASE
 from crawler.settings_registry import setting
 from crawler.store import DeadLetters, Frontier, FrontierLost, Keys
+from crawler.worker._history import HistoryBook
 from crawler.worker._intake import EngineWaker, Intake
 from crawler.worker._leases import Lease, Leases, Storage
 from crawler.worker._names import Names
@@ -142,6 +145,7 @@ class WorkerSession(Services):
         self._flusher: task.LoopingCall | None = None
         self._names: Names | None = None  # per-address politeness: the lookups the frontier asks of this worker
         self._lookups: Addresses
+        self._history: HistoryBook | None = None  # recrawl: the history writes and the domains' μ
 
     @classmethod
     def from_crawler(cls, crawler: Crawler, engine: Engine) -> WorkerSession:
@@ -184,6 +188,10 @@ class WorkerSession(Services):
                                    self._acks_due, self.clock, recent)
         self._leases = Leases(self.clock, config.delay_from, self.stats, self._writes,
                               max(config.ack_interval, STORAGE_LOOK))
+        if config.recrawl.on:  # each ending lease's acknowledgement carries its history write (_history.py)
+            self._history = HistoryBook(config.recrawl_rules, self._fingerprinter, self.stats, self.clock,
+                                        config.revisit_budget)
+            self._leases.history = self._history
         if config.addresses.delay > 0:
             self._lookups = Addresses(self._settings, self.stats or _NoStats(), self.clock)
             self._names = Names(store, self._lookups.answer, self._answered, self.stats)
@@ -372,6 +380,13 @@ class WorkerSession(Services):
             inc(self.stats, "crawler/frontier/acked_by_sweep", swept)
         self._guard.call(self.flush)
         self._guard.call(self._look)
+        if self._history is not None and self._history.due:
+            self._guard.call(self._solve_mu)
+
+    def _solve_mu(self) -> None:
+        """``adaptive``: the μ of the domains due, read, solved and written (``_history.py``)."""
+        assert self.store is not None and self._history is not None
+        self._history.solve(self.store.client, self.store.keys.base)
 
     def _look(self) -> None:
         """The idle worker's look at the frontier's epoch (and a failover fence)."""

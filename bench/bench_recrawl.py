@@ -77,7 +77,6 @@ sys.path.insert(0, str(ROOT))
 
 from bench._recrawl_log import Audit, Result, analyse, audit, fetch_ratio_for  # noqa: E402
 from bench.bench_openweb import address_audit  # noqa: E402
-from crawler.recrawl.record import BIN_BASE  # noqa: E402
 from crawler.settings_registry import BY_NAME  # noqa: E402
 from devkit.testweb.changes import LIES  # noqa: E402
 from devkit.testweb.config import WebConfig  # noqa: E402
@@ -406,11 +405,6 @@ def main() -> None:
           f"86400 / (delay + {TURN_S:g})) = {scale.row:.2f} visits/page/model day; changes every "
           f"{scale.change_range[0]:g}-{scale.change_range[1]:g} s; window {args.minutes:g} min after "
           f"{args.warmup:g} s", flush=True)
-    if BIN_BASE > scale.minimum:
-        print(f"NOTE: crawler/recrawl/record.py bins the intervals that ended changed from {BIN_BASE} s up "
-              f"(bin_of, bin_centre): at this scale (MIN {scale.minimum:g} s) every one falls in bin 0 and counts "
-              f"as {BIN_BASE} s long, so adaptive's rate estimates come out far too low (a page changing every "
-              f"60 s visited every 30 s reads as changing every ~15 min): the adaptive rows measure that", flush=True)
     runs: list[Run] = []
     with tempfile.TemporaryDirectory() as name:
         tmp = args.keep or Path(name)

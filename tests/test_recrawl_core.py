@@ -375,3 +375,17 @@ def test_adaptive_interval_follows_the_rule() -> None:
     assert estimate.adaptive_interval(pinned, low, high, mu=1000.0) == 7 * 3600
     busy = History(entry=ENTRIES[0], iv=86_400, n=10, changes=10, bins=(0,) * 5 + (10,) + (0,) * 10)
     assert estimate.adaptive_interval(busy, low, high, mu=None) == 43_200  # toward MIN, ÷2 a visit
+
+
+def test_the_bins_follow_the_crawls_min() -> None:
+    """At a MIN of 30 s (a crawl whose intervals are seconds), intervals
+    counted and read at that base give Cho's estimate; at the default 1 h
+    base every one would fall in bin 0 and read as an hour."""
+    h = History(entry=b"U0 http://a.test/", iv=30)
+    n, changed = 20, 8
+    for i in range(n):
+        h = record.observe(h, 30, i % 5 < 2, base=30)
+    assert (h.n, h.changes) == (n, changed)
+    cho = -math.log((n - changed + 0.5) / (n + 0.5)) / 30
+    assert estimate.rate_of(h, pseudo=30, base=30) == pytest.approx(cho, rel=1e-9)
+    assert estimate.rate_of(h, pseudo=30) < cho / 10  # read at the wrong base

@@ -67,6 +67,7 @@ from crawler._hrefscan import risky, visible_text
 from crawler.fetch import received as raw_responses
 from crawler.links import _HIDDEN, text_signature
 from crawler.meta import END, NOT_MODIFIED, RECRAWL, RECRAWL_SEEN, RECRAWL_STATE, ROBOTS
+from crawler.recrawl import TRUST_NO_ETAG, TRUST_NO_LM, TRUST_NONE
 from crawler.recrawl.record import History, unpack
 from crawler.settings_registry import setting
 
@@ -78,9 +79,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: a host's trust bits, as ``lua/dequeue.lua`` writes them into a ``V`` entry
-NO_ETAG = 1  # no If-None-Match
-NO_LAST_MODIFIED = 2  # no If-Modified-Since
-NO_VALIDATORS = 4  # neither
+NO_ETAG = TRUST_NO_ETAG  # no If-None-Match
+NO_LAST_MODIFIED = TRUST_NO_LM  # no If-Modified-Since
+NO_VALIDATORS = TRUST_NONE  # neither
 _U32 = 0xFFFFFFFF
 #: the end a 304 gives its lease: ``crawler.store.ledger.NOT_MODIFIED`` (a
 #: middleware imports no store module, tests/test_architecture.py)

@@ -35,7 +35,7 @@ import math
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 
-from crawler.recrawl.record import History, bin_centre
+from crawler.recrawl.record import BIN_BASE, History, bin_centre
 
 #: a domain's tracked pages are counted in this many log-spaced rate bins,
 #: from 1/(SLOW × MAX) to 1/MIN (rates outside fall in the end bins)
@@ -164,11 +164,12 @@ def rate(changed: Iterable[tuple[float, int]], unchanged: float, pseudo: float) 
     return math.exp(s)
 
 
-def rate_of(history: History, pseudo: float | None = None) -> float:
+def rate_of(history: History, pseudo: float | None = None, base: float = BIN_BASE) -> float:
     """:func:`rate` from a record's counts: its changed intervals at their
-    bins' centres (1 h × 2^b), ``tu`` unchanged, and its current interval
-    ``iv`` as the pseudo-interval unless given."""
-    return rate(((bin_centre(b), c) for b, c in enumerate(history.bins)), history.tu,
+    bins' centres (``base`` × 2^b: the crawl's MIN, as they were counted),
+    ``tu`` unchanged, and its current interval ``iv`` as the pseudo-interval
+    unless given."""
+    return rate(((bin_centre(b, base), c) for b, c in enumerate(history.bins)), history.tu,
                 history.iv if pseudo is None else pseudo)
 
 
@@ -268,9 +269,10 @@ def adaptive_interval(history: History, low: int, high: int, mu: float | None,
     """A page's next interval from its record (its counts already include
     the visit being written): a pinned interval within [low, high]; else the
     domain optimum's at slope ``mu`` (or, with ``mu`` None, no budget: the
-    freshness ``target``'s), through :func:`next_interval`."""
+    freshness ``target``'s), through :func:`next_interval`. The record's
+    bins are read at base ``low`` (MIN), as they were counted."""
     if history.pinned:
         return min(max(history.iv, math.ceil(low)), math.floor(high))
-    r = rate_of(history)
+    r = rate_of(history, base=low)
     proposed = target_interval(r, target, low, high) if mu is None else optimal_interval(r, mu, low, high)
     return next_interval(history.iv, proposed, low, high)

@@ -57,7 +57,10 @@ ETAG_MAX = 255
 #: the kinds of queue entry a record can hold (crawler/store/codec.py)
 ENTRY_KINDS = (b"U", b"R")
 
-#: changed intervals are counted in 16 bins, bin b about BIN_BASE * 2**b s
+#: changed intervals are counted in 16 bins, bin b about base * 2**b s, the
+#: base being the crawl's CRAWLER_RECRAWL_MIN (no interval is shorter), 1 h
+#: unless given: a record's bins are read at the base of the crawl reading
+#: it, so a crawl whose MIN changed reads old counts at the new scale
 BINS = 16
 BIN_BASE = 3600
 BIN_FULL = 15  # a four-bit count: at this, the counts are halved
@@ -177,20 +180,20 @@ def unpack(data: bytes) -> History:
                    verify=bool(flags & VERIFY), gone=(flags & GONE) >> GONE_SHIFT, refers=refers)
 
 
-def bin_of(interval: float) -> int:
+def bin_of(interval: float, base: float = BIN_BASE) -> int:
     """The bin of an interval that ended changed:
-    ``clamp(round(log2(interval / 1 h)), 0, 15)``, halves rounded up."""
-    if not interval > BIN_BASE:  # also 0, negative and NaN
+    ``clamp(round(log2(interval / base)), 0, 15)``, halves rounded up."""
+    if not interval > base:  # also 0, negative and NaN
         return 0
-    return min(BINS - 1, math.floor(math.log2(interval / BIN_BASE) + 0.5))
+    return min(BINS - 1, math.floor(math.log2(interval / base) + 0.5))
 
 
-def bin_centre(b: int) -> int:
+def bin_centre(b: int, base: float = BIN_BASE) -> float:
     """The interval, in s, bin ``b`` stands for in the estimate."""
-    return BIN_BASE << b
+    return base * (1 << b)
 
 
-def observe(history: History, interval: int, changed: bool) -> History:
+def observe(history: History, interval: int, changed: bool, base: float = BIN_BASE) -> History:
     """The counts after one more visit whose interval (s since the previous
     visit) ended ``changed`` or not: n + 1, and X + 1 with one more in the
     interval's bin, or ``interval`` more in ``tu``. When a bin reaches 15 (or
@@ -200,7 +203,7 @@ def observe(history: History, interval: int, changed: bool) -> History:
     interval = max(0, int(interval))
     bins, n, changes, tu = list(history.bins), history.n + 1, history.changes, history.tu
     if changed:
-        bins[bin_of(interval)] += 1
+        bins[bin_of(interval, base)] += 1
         changes += 1
     else:
         tu += interval

@@ -188,7 +188,7 @@ def _first(meta: dict[str, Any], entry: bytes, domain: str, digest: bytes, end: 
                       weak=bool(seen.get("weak")) and bool(etag), pinned=pinned is not None,
                       refers=_refers(meta))
     return Judged(HistoryWrite(CREATE, domain, k, pack(history), history.iv, -1,
-                               rate_bin(rate_of(history), rules.low, rules.high), FIRST, 0, host))
+                               rate_bin(rate_of(history, base=rules.low), rules.low, rules.high), FIRST, 0, host))
 
 
 # --- revisits ---------------------------------------------------------------
@@ -198,7 +198,7 @@ def _again(meta: dict[str, Any], state: dict[str, Any], domain: str, end: str, r
            now: float, mu: float | None) -> Judged:
     k = str(state["k"])
     old = unpack(state["record"])
-    old_bin = rate_bin(rate_of(old), rules.low, rules.high)
+    old_bin = rate_bin(rate_of(old, base=rules.low), rules.low, rules.high)
     seen = meta.get(RECRAWL_SEEN) or {}
     status = int(seen.get("status") or 0)
 
@@ -222,7 +222,7 @@ def _again(meta: dict[str, Any], state: dict[str, Any], domain: str, end: str, r
     changed = chg is not None and chg != old.chg
     lie = "" if not_modified else _lie(old, seen, chg)
     interval = now - old.last if old.last and now > old.last else old.iv
-    new = observe(old, int(interval), changed)
+    new = observe(old, int(interval), changed, base=rules.low)
     etag = kept_etag(bytes(seen.get("etag") or b""))
     if not_modified:
         if etag:
@@ -250,7 +250,7 @@ def _again(meta: dict[str, Any], state: dict[str, Any], domain: str, end: str, r
     outcome = NOT_MODIFIED_304 if not_modified else CHANGED if changed else UNCHANGED
     saved = old.length if not_modified or capture.get("profile") == IDENTICAL else 0
     return Judged(HistoryWrite(UPDATE, domain, k, pack(new), iv, old_bin,
-                               rate_bin(rate_of(new), rules.low, rules.high), outcome, saved, host, lie))
+                               rate_bin(rate_of(new, base=rules.low), rules.low, rules.high), outcome, saved, host, lie))
 
 
 def _lie(old: History, seen: dict[str, Any], chg: bytes | None) -> str:

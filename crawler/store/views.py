@@ -255,6 +255,8 @@ class FrontierViews:
         now = self.clock.server_ms(self.client)
         hist, due = self.keys.key("hist", domain), self.keys.key("due", domain)
         tracked = self.client.hlen(hist)
+        # the bins were counted at base MIN (crawler/recrawl/record.py): read at the frontier's
+        base = int(self.client.hget(self.keys.meta, "rv_min") or 3_600_000) / 1000
         records: list[tuple[bytes, bytes]] = []
         cursor = 0
         while len(records) < limit:
@@ -272,7 +274,7 @@ class FrontierViews:
             row: dict[str, Any] = {"k": k.decode(), "due_in": None if score is None else round((score - now) / 1000, 3)}
             try:
                 h = unpack(value)
-                estimate = rate_of(h)
+                estimate = rate_of(h, base=base)
             except ValueError as exc:
                 row.update(url=None, error=str(exc))
             else:

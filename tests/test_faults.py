@@ -23,6 +23,7 @@ import redis
 from crawler.store import codec
 from crawler.store import Frontier
 from crawler.store import Keys
+from crawler.store.keys import LuaScript, Scripts
 from devkit.testweb.site import Site
 from tests.servers import ROOT, RedisServer, cpu_seconds, scrapy_env, wait_until
 from tests.test_scheduler import all_pages, crawl_cmd, page_fetches, start
@@ -131,6 +132,11 @@ def test_redis_out_of_memory(tmp_path: Path, make_web) -> None:
         client = server.client()
         web = make_web(domains=6, pages=3000, links=40, size_fixed=3000, private_share=0, crawl_delay_share=0,
                        cross_share=0.1, dup_share=0)
+        # the crawl's scripts are in the cache first (~30 KB of Lua each, counted in
+        # used_memory): the megabyte of room below is for the frontier's data
+        scripts = Scripts(client)
+        for name in (*Scripts.NAMES, "epoch"):
+            client.script_load((getattr(scripts, name, None) or LuaScript(client, name, False)).script.script)
         used = client.info("memory")["used_memory"]
         client.config_set("maxmemory", used + 1_000_000)
         client.config_set("maxmemory-policy", "noeviction")

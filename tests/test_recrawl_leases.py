@@ -19,7 +19,7 @@ from crawler.identity import Fingerprinter, url_fingerprint
 from crawler.meta import RECRAWL_SEEN, RECRAWL_STATE
 from crawler.recrawl.estimate import RATE_BINS, domain_mu
 from crawler.recrawl.record import History, key_of, pack, unpack
-from crawler.recrawl.visit import Rules
+from crawler.worker.visit import Rules
 from crawler.settings_registry import SettingsError
 from crawler.store import NOT_MODIFIED, STORED, Leased
 from crawler.store.records import CREATE, NOT_MODIFIED_304, UPDATE, Recrawl, wire_writes

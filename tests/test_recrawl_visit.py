@@ -1,4 +1,4 @@
-"""The history write of one visit (crawler/recrawl/visit.py; design/recrawl.md
+"""The history write of one visit (crawler/worker/visit.py; design/recrawl.md
 C.1, C.3, C.5, E): pure, so these tests build the request's meta as the
 recrawl middleware and the WARC writer leave it and read the write back
 (its record unpacked)."""
@@ -14,7 +14,7 @@ from crawler.identity import Fingerprinter
 from crawler.meta import NOT_MODIFIED as NOT_MODIFIED_KEY
 from crawler.meta import RECRAWL, RECRAWL_SEEN, RECRAWL_STATE
 from crawler.recrawl.record import History, Refers, key_of, pack, unpack
-from crawler.recrawl.visit import GONE, UNTRACKED, USER, Rules, final_end, history_write, judge
+from crawler.worker.visit import GONE, UNTRACKED, USER, Rules, final_end, history_write, judge
 from crawler.store.ledger import DEAD, DISALLOWED, NOT_MODIFIED, REDIRECTED, SKIPPED, STORED
 from crawler.store.records import CHANGED, CREATE, DELETE, FIRST, NOT_MODIFIED_304, UNCHANGED, UPDATE
 

@@ -5,9 +5,10 @@ optimum under a fetch budget and the interval rule
 (:mod:`crawler.recrawl.estimate`).
 
 No I/O: nothing here reads Redis, settings or Scrapy objects. The history
-write of one visit (:mod:`crawler.recrawl.visit`) is built here from what
-the worker hands in; the worker (``crawler/worker/_history.py``) attaches it
-to the lease's acknowledgement, and the frontier's scripts apply it.
+write of one visit is built from these by :mod:`crawler.worker.visit` (in
+the worker's layer: it speaks the ledger's ends and the store's write
+records); the worker (``crawler/worker/_history.py``) attaches it to the
+lease's acknowledgement, and the frontier's scripts apply it.
 
 The host trust bits a revisit carries (``meta[RECRAWL_STATE]["trust"]``,
 read by ``dequeue.lua`` from ``rhost:<host>``; design/recrawl.md E) are

@@ -142,10 +142,10 @@ class BillionSpider(scrapy.Spider):
         # (up to CRAWLER_RECRAWL_MAX, the longest a tracked page waits) rather
         # than closing once nothing is queued; -s SCHEDULER_IDLE_BEFORE_CLOSE=N
         # still decides
-        if (settings.get("CRAWLER_RECRAWL", "off") != "off"
+        if (setting(settings, "CRAWLER_RECRAWL") != "off"
                 and settings.getpriority("SCHEDULER_IDLE_BEFORE_CLOSE") in (None, SETTINGS_PRIORITIES["default"])):
-            settings.set("SCHEDULER_IDLE_BEFORE_CLOSE", settings.get("CRAWLER_RECRAWL_MAX", cls.custom_settings[
-                "CRAWLER_RECRAWL_MAX"]), SETTINGS_PRIORITIES["spider"])
+            settings.set("SCHEDULER_IDLE_BEFORE_CLOSE", setting(settings, "CRAWLER_RECRAWL_MAX"),
+                         SETTINGS_PRIORITIES["spider"])
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> BillionSpider:

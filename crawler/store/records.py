@@ -57,7 +57,7 @@ class HistoryWrite:
     """One tracked URL's history, written in the same script call as its
     lease's acknowledgement and before it (``lua/_recrawl.lua``
     ``history_write``; design/recrawl.md E). Built by the worker when the
-    lease ends (``crawler/recrawl/visit.py``); rides on the lease's
+    lease ends (``crawler/worker/visit.py``); rides on the lease's
     :class:`Acknowledgement` as ``write``.
 
     ``record`` is the packed history (``crawler/recrawl/record.py``) whose

@@ -2,7 +2,7 @@
 the domains' μ (design/recrawl.md C.3, C.5, E).
 
 :class:`HistoryBook` is ``Leases.history`` when ``CRAWLER_RECRAWL`` is on: a
-lease that ended is judged by :func:`crawler.recrawl.visit.judge` from its
+lease that ended is judged by :func:`crawler.worker.visit.judge` from its
 request's meta (``RECRAWL_STATE``, ``RECRAWL_SEEN``, ``RECRAWL``), its
 leased entry, its domain, its dedup digest (the request fingerprint the
 offer path computes: ``crawler/worker/_offers.py``), its host and the
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawler.meta import RECRAWL_STATE
 from crawler.recrawl.estimate import RATE_BINS, domain_mu
-from crawler.recrawl.visit import UNTRACKED, Rules, host_of_url, judge
+from crawler.worker.visit import UNTRACKED, Rules, host_of_url, judge
 from crawler.store.records import CREATE, DELETE, UPDATE, HistoryWrite
 from crawler.worker._stats import inc
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from crawler.clock import Clock
 from crawler.meta import DEAD as DEAD_KEY
 from crawler.meta import END, LEASE, NON_HTML
-from crawler.recrawl.visit import final_end
+from crawler.worker.visit import final_end
 from crawler.store import DEAD, ENDS, SKIPPED, STORED, STORED_ENDS, UNKNOWN, Leased
 from crawler.worker._stats import inc
 

@@ -22,7 +22,7 @@ from scrapy.utils.python import global_object_name
 
 from crawler.clock import SYSTEM, Clock
 from crawler.settings_registry import SettingsError, lease_seconds, setting
-from crawler.recrawl.visit import Rules
+from crawler.worker.visit import Rules
 from crawler.store import AddressPoliteness, Dedup, Frontier, Politeness
 from crawler.store.records import Recrawl
 
@@ -68,7 +68,7 @@ class FrontierSettings:
     tracking: list[str]
     #: how the frontier revisits (``Frontier.open()`` writes it into ``:meta``)
     recrawl: Recrawl = Recrawl()
-    #: what the worker's history writes follow (``crawler/recrawl/visit.py``)
+    #: what the worker's history writes follow (``crawler/worker/visit.py``)
     recrawl_rules: Rules = Rules()
     #: ``adaptive``: revisits per day of a domain without a delay (0: no budget)
     recrawl_budget: float = 0.0

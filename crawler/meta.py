@@ -25,7 +25,8 @@ Set by the crawler:
   ``{"site": <registered domain of the robots.txt that named it>, "level":
   <1 for a sitemap robots.txt names>, "up": [<the sitemap indexes above it>]}``.
 - ``LASTMOD``: on a request for a URL a sitemap listed, its ``<lastmod>``
-  (W3C datetime, as written), when the sitemap gave it.
+  (W3C datetime, as written), when the sitemap gave it. With recrawl on, a
+  hint for the URL's next visit, whoever set it (docs/recrawl.md).
 - ``CHANGEFREQ``: likewise its ``<changefreq>``.
 - ``PRIORITY``: likewise its ``<priority>`` (a float).
 - ``RECRAWL_STATE``: on a revisit (a tracked URL served again,

@@ -10,7 +10,9 @@
 --   rdue      zset  domain -> its earliest due ms (due:<d>'s head)
 --   rhost:<h> hash  etag, lm, all: ms until which that validator (every
 --                   validator) is not sent; lies_etag, lies_lm, lies_lm_now,
---                   ignored: evidence counts
+--                   ignored: evidence counts; lastmod_ok, lastmod_bad: its
+--                   sitemaps' <lastmod> proved right / wrong, hints: the
+--                   hints sampled (recrawl_hint.lua)
 --
 -- A write list, riding right after a script's acknowledgements (enqueue,
 -- delay, dequeue): ARGV[start] = count (absent: none), then 11 values per
@@ -83,6 +85,9 @@ end
 --      rv_max; rdom lb<rbin_old> -1, lb<rbin_new> +1, since +1; the outcome
 --      counted (rv_visits and rv_changed/rv_unchanged/rv_not_modified; saved
 --      bytes into rv_bytes_saved); 'c' over an existing record is none of that
+--   u of a record hinted by a sitemap (flag 0x08, recrawl_hint.lua), with an
+--      outcome: rhost:<host> lastmod_ok +1 when it changed (rv_hints_right),
+--      lastmod_bad +1 when not (rv_hints_wrong): the host's lastmod trust
 --   a lie (any write): rhost:<host> lies_<kind> (ignored) +1, rv_lies_<kind>
 --      +1; etag and lm distrust at once, lm_now and ignored from the 3rd
 --      evidence on: etag / lm / all = now + rv_distrust
@@ -144,6 +149,12 @@ function recrawl.history_write(base, writes, now)
           count(outcome)
         end
         if w.saved > 0 then count('rv_bytes_saved', w.saved) end
+        if outcome and old and w.host ~= '' and bit.band(string.byte(old, 1), 0x08) ~= 0 then
+          -- a visit a sitemap's <lastmod> brought forward (recrawl_hint.lua): the host's evidence
+          local right = w.outcome == 'c'
+          redis.call('HINCRBY', base .. ':rhost:' .. w.host, right and 'lastmod_ok' or 'lastmod_bad', 1)
+          count(right and 'rv_hints_right' or 'rv_hints_wrong')
+        end
       end
     end
     if w.lie ~= '' then

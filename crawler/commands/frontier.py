@@ -173,6 +173,9 @@ def _recrawl_lines(rc: dict[str, Any]) -> list[str]:
     lines.append(f"  tracking      {rc['created']} created, {rc['deleted']} deleted, {rc['refetched']} refetched; "
                  f"{rc['untracked']} untracked at a cap{f' ({by})' if by else ''}; {early}"
                  + (f"; {rc['orphans']} orphan writes" if rc["orphans"] else ""))
+    if rc["hints_applied"] or rc["hints_ignored"]:
+        lines.append(f"  sitemap hints {rc['hints_applied']} applied, {rc['hints_ignored']} ignored (host not trusted); "
+                     f"hinted visits found {rc['hints_right']} changed, {rc['hints_wrong']} unchanged")
     some = "" if rc["hosts_scanned_all"] else "at least "
     lines.append(f"  lying hosts   {some}{rc['hosts_lying']}"
                  + (f" (lies: {', '.join(f'{n} {kind}' for kind, n in rc['lies'].items())})" if rc["lies"] else ""))

@@ -133,6 +133,8 @@ RECRAWL_COUNTERS: dict[str, tuple[str, str]] = {
                                              "(304s and identical payloads)"),
     "crawler_frontier_recrawl_untracked": ("untracked", "URLs fetched once without a history: a cap "
                                            "(CRAWLER_RECRAWL_MAX_TRACKED, _DOMAIN_MAX) was reached"),
+    "crawler_frontier_recrawl_hints_applied": ("hints_applied", "Sitemap <lastmod> hints that brought a tracked "
+                                               "URL's visit sooner"),
 }
 #: SCAN calls (COUNT 1000) one scrape spends at most on the sweep for lying hosts (:class:`HostSweep`)
 RECRAWL_SCAN_CALLS = 100

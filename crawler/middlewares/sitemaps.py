@@ -36,6 +36,14 @@ a sitemap request that would go past it waits in the frontier
 (``crawler/sitemaps/postponed``) and is tried again; one is always let
 through when none is held.
 
+With ``CRAWLER_RECRAWL`` on, a sitemap is a tracked URL like any page, on
+its own pinned interval (``CRAWLER_RECRAWL_SITEMAP_INTERVAL``): its revisit
+goes with validators; a 304 is not read again (``not_modified``); a changed
+one is read again, its URLs mostly duplicates, and each ``<lastmod>`` of a
+URL the frontier tracks is a hint that brings its visit sooner once the
+host has earned the trust (``crawler/worker/_offers.py``,
+``lua/recrawl_hint.lua``).
+
 Stats ``crawler/sitemaps/*``, also counted in the frontier for ``scrapy
 frontier`` (``sitemaps_*``). Counts that Redis could not take (an outage)
 are kept here and sent with the next ones (``crawler/sitemaps/redis_unavailable``).
@@ -57,7 +65,8 @@ from scrapy.exceptions import NotConfigured
 from crawler._breaker import RedisNotAnswering
 from crawler.clock import clock_of
 from crawler.connection import REDIS_ERRORS
-from crawler.meta import ANY_TYPE, CHANGEFREQ, DELAY, LASTMOD, MAX_PAGE_BYTES, PRIORITY, SITEMAP
+from crawler.meta import ANY_TYPE, CHANGEFREQ, DELAY, LASTMOD, MAX_PAGE_BYTES, NOT_MODIFIED, PRIORITY, RECRAWL, SITEMAP
+from crawler.middlewares.recrawl import not_modified
 from crawler.middlewares.robots import robots_txt_read, shared_robots
 from crawler.identity import canonicalize, domain_of
 from crawler.worker import uses_frontier
@@ -114,6 +123,9 @@ class SitemapMiddleware:
         self.priority = setting(settings, "CRAWLER_SITEMAP_PRIORITY")
         self.max_url_length = setting(settings, "CRAWLER_MAX_URL_LENGTH")
         self.memory = setting(settings, "CRAWLER_SITEMAP_MEMORY")
+        # recrawl on: a sitemap is revisited on its own pinned interval (meta[RECRAWL] seconds)
+        self.revisit = (setting(settings, "CRAWLER_RECRAWL_SITEMAP_INTERVAL")
+                        if setting(settings, "CRAWLER_RECRAWL") != "off" else None)
         self.robots: Any = None  # the robots.txt middleware, for rules already known here
         self.clock = clock_of(crawler)
         # (bytes, since) per sitemap in flight, by its request, then its response. One that
@@ -149,14 +161,17 @@ class SitemapMiddleware:
 
     def _fetch(self, url: str, site: str, level: int, up: list[str]) -> None:
         """Queue sitemap ``url`` through the engine: the frontier dedups it."""
-        request = Request(url, priority=self.priority, meta={
+        meta: dict[str, Any] = {
             SITEMAP: {"site": site, "level": level, "up": up},
             ANY_TYPE: True,  # not a page: never stopped by CRAWLER_HTML_ONLY
             MAX_PAGE_BYTES: self.max_bytes,  # its own cap instead of the page cap
             "download_maxsize": 0,  # read to that cap whatever the length says
             "allow_offsite": True,  # a robots.txt may name a sitemap on another host
             "depth": 0,
-        })
+        }
+        if self.revisit is not None:
+            meta[RECRAWL] = self.revisit
+        request = Request(url, priority=self.priority, meta=meta)
         self.crawler.engine.crawl(request)  # type: ignore[union-attr]
 
     # --- the memory bound ---------------------------------------------------
@@ -195,6 +210,15 @@ class SitemapMiddleware:
         # through: the callback, which cannot travel through Redis, is set on
         # a request that will not go back to the frontier
         if SITEMAP in request.meta:
+            if response.status == 304 and (response.request or request).meta.get(NOT_MODIFIED):
+                # a revisit the server says is unchanged (crawler/middlewares/recrawl.py): nothing
+                # new to read, and no callback of the spider's, whatever its handle_httpstatus_list
+                for sent in (request, response.request):
+                    if sent is not None:
+                        sent.callback = not_modified
+                self.held.pop(request, None)
+                self.stats.inc_value("crawler/sitemaps/not_modified")
+                return response
             request.callback = self.read
             if response.request is not None and response.request is not request:
                 response.request.callback = self.read

@@ -15,7 +15,7 @@ Private modules: ``_sniff`` (format), ``_transport`` (gzip), ``_xml`` and
 state machine tying them together).
 """
 
-from crawler.sitemaps._entry import CHANGEFREQS, Entry, clean_url
+from crawler.sitemaps._entry import CHANGEFREQS, Entry, clean_url, lastmod_seconds
 from crawler.sitemaps._parser import (
     MAX_BYTES,
     MAX_URL_LENGTH,
@@ -52,5 +52,6 @@ __all__ = [
     "State",
     "WORK_BYTES",
     "clean_url",
+    "lastmod_seconds",
     "parse",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import calendar
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
@@ -83,6 +84,27 @@ def normalise_lastmod(text: str) -> str | None:
     if zh is not None and (int(zh) > 23 or int(zm) > 59):
         return None
     return value
+
+
+def lastmod_seconds(value: str) -> int | None:
+    """A ``<lastmod>`` (a W3C datetime, as :func:`normalise_lastmod` keeps
+    it) as Unix seconds: a date alone is its midnight UTC, a time without a
+    zone is UTC, a year or a month is its first day. None when it is not
+    one (or before 1970)."""
+    m = _W3C.fullmatch(value.strip()) if len(value) <= _FIELD_MAX else None
+    if m is None:
+        return None
+    year, month, day, hour, minute, second, zone, zh, zm = m.groups()
+    try:
+        when = datetime(int(year), int(month or 1), int(day or 1), int(hour or 0), int(minute or 0),
+                        min(int(second or 0), 59), tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    if zone and zone != "Z":
+        offset = timedelta(hours=int(zh), minutes=int(zm))
+        when -= offset if zone[0] == "+" else -offset
+    seconds = int(when.timestamp())
+    return seconds if seconds > 0 else None
 
 
 def normalise_pubdate(text: str) -> str | None:

@@ -36,6 +36,8 @@ from crawler.store.records import (
     NOT_MODIFIED_304,
     UNCHANGED,
     UPDATE,
+    Hint,
+    HintResult,
     HistoryWrite,
     Recrawl,
     wire_writes,
@@ -61,6 +63,6 @@ __all__ = ["CHANGED", "CREATE", "DEAD", "DEDUP_MODES", "DELETE", "DISALLOWED", "
            "LOST", "NOT_MODIFIED", "NOT_MODIFIED_304", "REDIRECTED", "REPLACED", "REWOUND", "SKIPPED", "STORED",
            "STORED_ENDS", "UNCHANGED", "UNKNOWN", "UPDATE", "VANISHED", "Acknowledgement", "AddResult",
            "AddressPoliteness", "DeadLetter", "DeadLetters", "Dedup", "DomainLocks", "Epoch", "Frontier",
-           "FrontierConfigError", "FrontierLost", "HistoryWrite", "Item", "Keys", "Leased", "Ledger", "Lookup",
+           "FrontierConfigError", "FrontierLost", "Hint", "HintResult", "HistoryWrite", "Item", "Keys", "Leased", "Ledger", "Lookup",
            "LuaScript", "Politeness", "Recrawl", "Reply", "RobotsStore", "Scripts", "TakeResult", "bloom_error_rate",
            "describe", "stored_dedup", "wire_writes"]

@@ -39,6 +39,8 @@ from crawler.store.records import (
     AddResult,
     AddressPoliteness,
     Dedup,
+    Hint,
+    HintResult,
     Item,
     Leased,
     Lookup,
@@ -206,6 +208,18 @@ class Frontier(FrontierViews):
         # the reply's 8th slot (history creates refused by a cap) is counted in :stats rv_untracked
         added, dups, capped, acked, over, excluded, unseen = self.scripts.enqueue(keys=self.script_keys, args=args)[:7]
         return AddResult(added, dups, capped, acked, over, excluded, tuple(unseen))
+
+    def hint(self, hints: Sequence[Hint]) -> HintResult:
+        """Sitemap ``<lastmod>`` hints for tracked URLs (``recrawl_hint.lua``):
+        a URL modified since its last visit is due sooner when its host has
+        earned the trust, never sooner than ``CRAWLER_RECRAWL_MIN`` after
+        that visit."""
+        if not hints:
+            return HintResult()
+        args: list[str] = []
+        for one in hints:
+            args += one.wire()
+        return HintResult(*(int(n) for n in self.scripts.recrawl_hint(keys=[self.keys.base], args=args)))
 
     def drain_inbox(self, n: int = 1000) -> tuple[int, AddResult]:
         """Move up to ``n`` requests forwarded by other shards into this frontier."""

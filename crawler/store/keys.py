@@ -351,7 +351,7 @@ def supports_flags(client: redis.Redis) -> bool:
 
 class Scripts:
     NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock",
-             "drain_inbox", "robots_get", "robots_done", "dns_done", "clear")
+             "drain_inbox", "robots_get", "robots_done", "dns_done", "clear", "recrawl_hint")
 
     def __init__(self, client: redis.Redis, clock_key: str | None = None) -> None:
         flags = supports_flags(client)
@@ -368,6 +368,7 @@ class Scripts:
     unlock: LuaScript
     drain_inbox: LuaScript
     robots_get: LuaScript
+    recrawl_hint: LuaScript
     robots_done: LuaScript
     dns_done: LuaScript
     clear: LuaScript

@@ -95,6 +95,33 @@ def wire_writes(acks: Iterable[object]) -> list[str | bytes]:
     return out
 
 
+@dataclass(frozen=True)
+class Hint:
+    """A sitemap's ``<lastmod>`` for a URL the frontier may track
+    (``lua/recrawl_hint.lua``; design/recrawl.md C.5): its visit comes
+    sooner (never sooner than ``CRAWLER_RECRAWL_MIN`` after the last) when
+    the page was modified after it and ``host`` has earned the trust."""
+
+    domain: str
+    k: str  # crawler.recrawl.record.key_of(digest)
+    lastmod: int  # Unix s
+    host: str
+
+    def wire(self) -> list[str]:
+        """The script's form: 4 values."""
+        return [self.domain, self.k, str(self.lastmod), self.host]
+
+
+@dataclass
+class HintResult:
+    """What :meth:`Frontier.hint` made of a batch of hints."""
+
+    applied: int = 0  # due sooner
+    ignored: int = 0  # their host has not earned the trust (not sampled)
+    untracked: int = 0  # no history, or leased now
+    stale: int = 0  # not modified since the last visit, hinted already, or due sooner anyway
+
+
 DEDUP_MODES = ("exact", "bloom")
 
 

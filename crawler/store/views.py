@@ -36,6 +36,8 @@ RECRAWL_COUNTERS = {
     "visits": "rv_visits", "changed": "rv_changed", "unchanged": "rv_unchanged",
     "not_modified": "rv_not_modified", "bytes_saved": "rv_bytes_saved", "orphans": "rv_orphans",
     "ended_not_modified": "end_not_modified",
+    "hints_applied": "rv_hints_applied", "hints_ignored": "rv_hints_ignored", "hints_right": "rv_hints_right",
+    "hints_wrong": "rv_hints_wrong",
 }
 #: ``:rhost:<h>`` fields holding the ms until which a validator is not sent to the host
 DISTRUST_FIELDS = ("etag", "lm", "all")

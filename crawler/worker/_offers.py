@@ -9,10 +9,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from crawler.identity import domain_of, url_fingerprint
-from crawler.meta import DELAY, LEASE
+from crawler.meta import DELAY, LASTMOD, LEASE
+from crawler.recrawl.record import key_of
 from crawler.sharding import shard_of
-from crawler.store import LOST, REDIRECTED, Item, codec
+from crawler.sitemaps import lastmod_seconds
+from crawler.store import LOST, REDIRECTED, Hint, Item, codec
 from crawler.worker._stats import inc
+from crawler.worker.visit import host_of_url
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -29,7 +32,7 @@ logger = logging.getLogger(__name__)
 class Offers:
     def __init__(self, spider: Spider, shard: int, shards: int, forward: bool, writes: WriteBuffer,
                  leases: Leases, fingerprinter: RequestFingerprinterProtocol, stats: StatsCollector | None,
-                 *, canonicalize: Canonicalizer, dedup_start_requests: bool) -> None:
+                 *, canonicalize: Canonicalizer, dedup_start_requests: bool, hints: bool = False) -> None:
         self.spider = spider
         self.shard = shard
         self.shards = shards
@@ -40,6 +43,8 @@ class Offers:
         self.stats = stats
         self.canonicalize = canonicalize
         self.dedup_start_requests = dedup_start_requests
+        #: recrawl on: a request's sitemap <lastmod> (meta[LASTMOD]) goes to the frontier as a hint
+        self.hints = hints
 
     def request(self, request: Request) -> bool:
         """Buffer ``request`` (see ``FrontierScheduler.enqueue_request``); a
@@ -67,6 +72,10 @@ class Offers:
             self.dedup_start_requests and request.meta.get("is_start_request")
         )
         item = Item(digest, domain_of(request.url), request.priority, entry, dont_filter)
+        if self.hints and request.meta.get(LASTMOD):
+            seconds = lastmod_seconds(str(request.meta[LASTMOD]))
+            if seconds is not None:
+                self.writes.hint(Hint(item.domain, key_of(digest), seconds, host_of_url(request.url)))
         if delay is not None:
             # the wait happens on the Redis server's clock, not in a worker
             self.writes.delay(float(delay), item)

@@ -15,7 +15,9 @@ the page is fetched again). An acknowledgement leaves within
 ``CRAWLER_ACK_INTERVAL`` of being buffered (a parked domain waits for it):
 the buffer calls ``acks_due`` then, and the session picks the round trip.
 
-With recrawl on, a URL's history write rides on its acknowledgement
+With recrawl on, a sitemap's ``<lastmod>`` of a URL (``meta[LASTMOD]``) is
+a hint (``Frontier.hint``), sent after the flush's enqueue; and a URL's
+history write rides on its acknowledgement
 (``Ack.write``, ``_leases.py``): buffered, kept on a failed round trip and
 sent with it, so the write and the ack leave in the same script call (the
 frontier sends ``wire_writes(acks)`` right after the acks), never apart.
@@ -37,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from crawler.clock import SYSTEM, Clock
-from crawler.store import AddResult, Frontier, Item
+from crawler.store import AddResult, Frontier, Hint, Item
 from crawler.worker._recent import Recent
 from crawler.worker._shards import Outbox
 from crawler.worker._stats import inc
@@ -72,13 +74,15 @@ class WriteBuffer:
         self.items: list[Item] = []
         self.delays: list[tuple[float, Item, Ack | None]] = []
         self.acks: list[str | Ack] = []
+        #: sitemap <lastmod> hints for tracked URLs (recrawl on): sent after the items, advice only
+        self.hints: list[Hint] = []
         #: leases whose retry Redis refused for want of memory: not acknowledged, handed back at close
         self.kept: list[str] = []
         self._oom_dropped = 0
         self._oom_logged = -1e9
 
     def __bool__(self) -> bool:
-        return bool(self.items or self.delays or self.outbox or self.acks)
+        return bool(self.items or self.delays or self.outbox or self.acks or self.hints)
 
     @property
     def requests_wait(self) -> bool:
@@ -87,10 +91,14 @@ class WriteBuffer:
 
     @property
     def full(self) -> bool:
-        return len(self.items) + len(self.outbox) >= self.batch
+        return len(self.items) + len(self.outbox) + len(self.hints) >= self.batch
 
     def add(self, item: Item) -> None:
         self.items.append(item)
+
+    def hint(self, hint: Hint) -> None:
+        """A sitemap's ``<lastmod>`` for a URL that may be tracked (``Frontier.hint``)."""
+        self.hints.append(hint)
 
     def delay(self, seconds: float, item: Item) -> None:
         """A request never leased, to wait ``seconds`` in the frontier."""
@@ -145,6 +153,8 @@ class WriteBuffer:
         if self.delays:
             self._store_delays()
         result = self._store_items() if self.items else None
+        if self.hints:
+            self._store_hints()
         if self.on_stored is not None and (delayed or (result is not None and result.added)):
             self.on_stored()
         return result
@@ -177,6 +187,20 @@ class WriteBuffer:
         self.count(result)
         inc(self.stats, "crawler/frontier/acked", result.acked)
         return result
+
+    def _store_hints(self) -> None:
+        """The hints, in one round trip; Redis out of memory drops them
+        (advice, not URLs: counted ``crawler/recrawl/hints/lost``), another
+        error keeps them for the next flush."""
+        try:
+            result = self.store.hint(self.hints)
+        except redis.exceptions.OutOfMemoryError:
+            inc(self.stats, "crawler/recrawl/hints/lost", len(self.hints))
+            self.hints = []
+            return
+        self.hints = []
+        inc(self.stats, "crawler/recrawl/hints/applied", result.applied)
+        inc(self.stats, "crawler/recrawl/hints/ignored", result.ignored)
 
     def count(self, result: AddResult) -> None:
         inc(self.stats, "crawler/frontier/enqueued", result.added)

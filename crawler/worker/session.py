@@ -201,7 +201,7 @@ class WorkerSession(Services):
         self._inbox = Inbox(store, config.batch, self.stats, self.clock)
         self._offers = Offers(spider, shard, shards, config.forward, self._writes, self._leases,
                               self._fingerprinter, self.stats, canonicalize=Canonicalizer(config.tracking),
-                              dedup_start_requests=self._dedup_start_requests)
+                              dedup_start_requests=self._dedup_start_requests, hints=config.recrawl.on)
         self._dead_letters = DeadLetters(self.server, keys, self._dlq_max)
         self._flusher = task.LoopingCall(self._tick)
         self._flusher.clock = self.clock.timers

@@ -81,6 +81,11 @@ class WebConfig:
     # every d<i>.test serves that /sitemap.xml without naming it in robots.txt
     # (what CRAWLER_SITEMAP_GUESS finds)
     sitemap_unnamed: bool = False
+    # the <lastmod> of each page in that /sitemap.xml: "fixed" (one date for
+    # all, 2025-06-01), "live" (when the page last changed on its schedule:
+    # an honest host), "now" (the time of the request: a host that stamps
+    # every URL now)
+    sitemap_lastmod: str = "fixed"
     # shared hosting: the domains spread over this many loopback addresses,
     # 127.1.0.1, 127.1.0.2, ... (never 127.0.0.1), all served on one port; the
     # server listens on 127.0.0.1 too (control paths, clients without a host
@@ -168,6 +173,8 @@ class WebConfig:
                 errors.append(f"{name} shares add up to more than 1")
         if not 0 < self.change_mean_min_s <= self.change_mean_max_s:
             errors.append("need 0 < change_mean_min_s <= change_mean_max_s")
+        if self.sitemap_lastmod not in ("fixed", "live", "now"):
+            errors.append("sitemap_lastmod must be one of fixed, live, now")
         if self.clock not in CLOCKS:
             errors.append(f"clock must be one of {', '.join(CLOCKS)}")
         if not self.address_skew > 0:

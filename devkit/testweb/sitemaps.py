@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import time
 import zlib
 from typing import TYPE_CHECKING
 
@@ -184,6 +185,20 @@ class SitemapSites:
         return _urlset([self.url("big.test", f"/b/{i}.html") for i in range(count)])
 
     def domain_sitemap(self, d: int) -> bytes:
-        """``d<i>.test/sitemap.xml``: every page of the domain (``robots_sitemaps``)."""
-        return self._cached(f"d{d}", lambda: _urlset(
-            [self.site.url(d, f"/p/{k}.html") for k in range(self.site.config.pages)], fields=True))
+        """``d<i>.test/sitemap.xml``: every page of the domain (``robots_sitemaps``),
+        each with the ``<lastmod>`` ``WebConfig.sitemap_lastmod`` says."""
+        config = self.site.config
+        urls = [self.site.url(d, f"/p/{k}.html") for k in range(config.pages)]
+        if config.sitemap_lastmod == "fixed":
+            return self._cached(f"d{d}", lambda: _urlset(urls, fields=True))
+        clock, schedule = self.site.clock, self.site.schedule
+        t = clock.now()
+        items = []
+        for k, url in enumerate(urls):
+            if config.sitemap_lastmod == "now":
+                modified = clock.wall(t)
+            else:
+                modified = clock.wall(schedule.version_time(d, k, schedule.version_at(d, k, t)))
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(modified))
+            items.append(f"<url><loc>{url}</loc><lastmod>{stamp}</lastmod></url>\n")
+        return f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset {_NS}>\n{"".join(items)}</urlset>\n'.encode()

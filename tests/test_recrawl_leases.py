@@ -27,6 +27,7 @@ from crawler.worker._history import SOLVE_EVERY, HistoryBook, rdom_key
 from crawler.worker._leases import Ack, Leases
 from crawler.worker.config import FrontierSettings
 from tests.servers import crawler_for
+from tests.test_clock import Storage
 
 DAY = 86400
 RULES = Rules("fixed", interval=DAY, low=3600, high=30 * DAY)
@@ -42,19 +43,6 @@ class Sent(list):
 
     def retry(self, seconds: float, again: Leased, ack: Ack) -> None:
         self.append(ack)
-
-
-class Storage:
-    """A page store whose writer the test plays: a page is kept once named."""
-
-    def __init__(self) -> None:
-        self.kept: set[str] = set()
-
-    def stored(self, request: Request) -> bool:
-        return request.url in self.kept
-
-    def flush(self) -> None:
-        pass
 
 
 def seen(body: str = "v1", status: int = 200, **more: object) -> dict:

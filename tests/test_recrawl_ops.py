@@ -107,13 +107,18 @@ def test_nothing_overdue_means_no_lag(redis_client: redis.Redis, clock: ManualCl
     assert rc["not_modified_share"] == 0.0 and rc["hosts_lying"] == 0
 
 
+def fill(client: redis.Redis, n: int) -> None:
+    """``n`` keys that are not the frontier's, for its SCANs to wade through."""
+    pipe = client.pipeline(transaction=False)
+    for i in range(n):
+        pipe.set(f"filler:{i}", 1)
+    pipe.execute()
+
+
 def test_the_host_scan_is_bounded(redis_client: redis.Redis, clock: ManualClock) -> None:
     now = clock.ms()
     seed(redis_client, now)
-    pipe = redis_client.pipeline(transaction=False)
-    for i in range(5000):
-        pipe.set(f"filler:{i}", 1)
-    pipe.execute()
+    fill(redis_client, 5000)
     frontier = Frontier(redis_client, KEYS, clock=clock)
     cut = frontier.recrawl_status(scan_calls=1)
     assert not cut["hosts_scanned_all"] and cut["hosts_lying"] <= 2
@@ -258,10 +263,7 @@ def test_the_gauges_sweep_for_lying_hosts_over_scrapes(redis_client: redis.Redis
     whose record is gone drops out at the next round."""
     now = clock.ms()
     seed(redis_client, now)
-    pipe = redis_client.pipeline(transaction=False)
-    for i in range(30_000):
-        pipe.set(f"filler:{i}", 1)
-    pipe.execute()
+    fill(redis_client, 30_000)
     frontier = Frontier(redis_client, KEYS, clock=clock)
     sweep = HostSweep(calls=5)  # 5 SCAN calls of COUNT 1000 a step: about 5,000 of the 30,000 keys
     rounds = 0

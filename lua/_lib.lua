@@ -235,6 +235,16 @@ local function push_record(base, rec, front, now)
   push(base, domain, prio, entry, front, now)
 end
 
+-- the index at which the record of revisit entry <entry> ("V<k>:<trust>:<mu>:<record>")
+-- starts, and its k; nil when it is not laid out so
+local function revisit_parts(entry)
+  local a = string.find(entry, ':', 2, true)
+  local b = a and string.find(entry, ':', a + 1, true)
+  local c = b and string.find(entry, ':', b + 1, true)
+  if not c then return nil end
+  return c + 1, string.sub(entry, 2, a - 1)
+end
+
 -- Lease <id> is given up (its worker handed it back: release.lua; or it
 -- expired: dequeue.lua, <expired> true): its request goes back to the front
 -- of its queue, its parked domain's delay runs from <now> (it may have been
@@ -244,7 +254,9 @@ end
 -- it was re-armed to when leased (MIN after its lease ran out), and its
 -- admission is undone (stats revisits -1, rv_expired +1); one its worker
 -- handed back unsent goes to the front of its queue as its V entry, counted
--- queued, keeping its admission. A lease no longer held (acknowledged, or
+-- queued, keeping its admission, and its due time goes to now + rv_max (it is
+-- re-armed when leased from the queue: dequeue.lua), so it is not served
+-- twice. A lease no longer held (acknowledged, or
 -- given up already) is left alone. A held lease whose record is missing
 -- still frees its address: a charge kept would hold the address busy for
 -- good. Returns whether a request went back to a queue.
@@ -262,6 +274,16 @@ local function requeue_lease(base, id, now, expired)
     else
       push(base, domain, prio, entry, true, now)
       back = true
+      local _, k = nil, nil
+      if string.sub(entry, 1, 1) == 'V' then _, k = revisit_parts(entry) end
+      if k then
+        -- queued now, it is leased from its queue (and re-armed then): its due
+        -- time goes to the latest a tracked URL may wait, so that it is not
+        -- also served from due:<d> while it waits in the queue
+        local d = defaults(base)
+        redis.call('ZADD', base .. ':due:' .. domain, 'XX', now + math.max(d.rv_max, d.rv_min), k)
+        revisit_ready(base, domain, now)
+      end
     end
   end
   ip_release(base, id, now)

@@ -332,16 +332,6 @@ end
 -- queue entry the URL was leased as ("U..." or "R...").
 local REC_FIXED, REC_WARC, REC_WARC_FLAG = 39, 30, 1
 
--- the index at which the record of revisit entry <entry> starts, and its k;
--- nil when it is not laid out so
-local function revisit_parts(entry)
-  local a = string.find(entry, ':', 2, true)
-  local b = a and string.find(entry, ':', a + 1, true)
-  local c = b and string.find(entry, ':', b + 1, true)
-  if not c then return nil end
-  return c + 1, string.sub(entry, 2, a - 1)
-end
-
 -- the index at which the queue entry inside the history record at <i> of
 -- <s> starts (nil: cut short)
 local function record_entry_at(s, i)

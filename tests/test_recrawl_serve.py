@@ -240,6 +240,31 @@ def test_an_expired_revisit_goes_back_to_its_schedule_not_a_queue(redis_client: 
     assert ledger(f).balanced
 
 
+def test_a_released_revisit_waiting_in_its_queue_is_not_also_served_from_due(redis_client: redis.Redis,
+                                                                               clock: ManualClock) -> None:
+    """A revisit handed back waits at its queue's front, here longer than
+    the lease + MIN it was re-armed for: it is leased once, from the queue,
+    and re-armed then."""
+    f = make(redis_client, clock, share=1.0, delay=LEASE + MIN + 60)
+    k = track(redis_client, f, "http://a.test/x", last=old(clock), due_ms=clock.ms())
+    first = f.take(10).items
+    assert kinds(first) == "v"
+    f.release([first[0].lease])
+    due = f.keys.key("due", "a.test")
+    assert redis_client.zscore(due, k) == clock.ms() + 30 * 86400 * 1000  # parked at MAX while queued
+    clock.advance(LEASE + MIN + 61)
+    again = f.take(10).items
+    assert [x.entry for x in again] == [first[0].entry]
+    assert redis_client.llen(f.keys.key("q", "a.test", "0")) == 0  # the queued copy is the one leased
+    assert stat(redis_client, f, "queued") == 0 and stat(redis_client, f, "revisits") == 1
+    assert redis_client.zscore(due, k) == clock.ms() + LEASE * 1000 + MIN * 1000  # re-armed as it is leased
+    clock.advance(LEASE + MIN + 61)
+    assert f.take(10).items == []  # that lease ran out unanswered: the domain's delay runs from then
+    clock.advance(LEASE + MIN + 61)
+    assert kinds(f.take(10).items) == "v"  # due again, once
+    assert stat(redis_client, f, "revisits") == 1 and stat(redis_client, f, "rv_expired") == 1
+
+
 def test_a_released_revisit_goes_to_the_front_of_its_queue(redis_client: redis.Redis, clock: ManualClock) -> None:
     f = make(redis_client, clock, share=1.0, delay=2.0)
     k = track(redis_client, f, "http://a.test/x", last=old(clock), due_ms=clock.ms())

@@ -78,7 +78,11 @@ end
 --      caps (meta rv_cap against stats rv_tracked, rv_domain_cap against
 --      rdom n; 0: none) refuse it (rv_untracked, nothing written) or it is
 --      stored (rv_created, rv_tracked +1, rdom n +1)
---   u: the record is gone -> rv_orphans, nothing written; else replaced
+--   u: the record is gone -> rv_orphans, nothing written; its 'last' is not
+--      the one the write was made from (the record's as the worker read it,
+--      which the write's record still carries) -> rv_stale_writes, nothing
+--      written nor counted (a retried call applies its writes once); else
+--      replaced
 --   d: the record and its due time gone, rdom n -1, lb<rbin_old> -1,
 --      rv_tracked -1, rv_deleted (a record already gone: nothing)
 --   c/u stored: 'last' stamped; due = now + max(iv s, rv_min), at most now +
@@ -131,6 +135,12 @@ function recrawl.history_write(base, writes, now)
           count('rv_tracked')
           count('rv_created')
         end
+      elseif old and string.sub(old, 2, 5) ~= string.sub(w.record, 2, 5) then
+        -- the record moved on since the visit read it (its 'last' differs): this write
+        -- was applied already (a call retried after its reply was lost) or another
+        -- visit's came first (a lease given twice); applied once, counted once
+        count('rv_stale_writes')
+        w.lie = ''
       elseif old then
         store = true
       else

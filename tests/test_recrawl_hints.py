@@ -16,8 +16,8 @@ from crawler.clock import ManualClock
 from crawler.meta import LASTMOD
 from crawler.recrawl.record import HINTED, unpack
 from crawler.sitemaps import lastmod_seconds
-from crawler.store import CHANGED, CREATE, NOT_MODIFIED_304, UNCHANGED, UPDATE, Hint
-from tests.test_recrawl_store import HOUR, Acked, due, hist, k_of, make, record, stats, write
+from crawler.store import CHANGED, CREATE, NOT_MODIFIED_304, UNCHANGED, Hint
+from tests.test_recrawl_store import HOUR, Acked, due, hist, k_of, make, record, stats, update, write
 
 DAY = 24 * HOUR
 
@@ -119,8 +119,8 @@ def test_hinted_visits_are_the_hosts_evidence(redis_client: redis.Redis, clock: 
         clock.advance(DAY)
         assert f.hint([hint(url, last + 60) for url in urls]).applied == 1  # unproven: one in four
         (url,) = [u for u in urls if unpack(hist(redis_client, f, u) or b"").hinted]
-        f.add([], acks=[Acked(f"v{visit}", write(UPDATE, url, iv=10 * DAY, rbin_old=1, rbin_new=1, outcome=CHANGED,
-                                                 host="a.test", record=record(url, iv=10 * DAY)))])
+        f.add([], acks=[Acked(f"v{visit}", update(redis_client, f, url, iv=10 * DAY, rbin_old=1, rbin_new=1,
+                                                  outcome=CHANGED, host="a.test"))])
         assert not unpack(hist(redis_client, f, url) or b"").hinted
     assert redis_client.hget(rhost, "lastmod_ok") == b"3"
     clock.advance(DAY)
@@ -128,8 +128,8 @@ def test_hinted_visits_are_the_hosts_evidence(redis_client: redis.Redis, clock: 
     assert f.hint([hint(url, last + 1) for url in urls]).applied >= 3  # trusted: each not visited since
     # wrong ones: unchanged and 304 count against the host
     for i, outcome in enumerate((UNCHANGED, NOT_MODIFIED_304)):
-        f.add([], acks=[Acked(f"w{i}", write(UPDATE, urls[i], iv=10 * DAY, rbin_old=1, rbin_new=1, outcome=outcome,
-                                             host="a.test", record=record(urls[i], iv=10 * DAY)))])
+        f.add([], acks=[Acked(f"w{i}", update(redis_client, f, urls[i], iv=10 * DAY, rbin_old=1, rbin_new=1,
+                                              outcome=outcome, host="a.test"))])
     s = stats(redis_client, f)
     assert (s["rv_hints_right"], s["rv_hints_wrong"]) == (3, 2)
     assert redis_client.hget(rhost, "lastmod_bad") == b"2"

@@ -76,6 +76,17 @@ def write(mode: str, url: str, domain: str = "a.test", **fields: object) -> Hist
     return HistoryWrite(mode, domain, k_of(url), rec, **fields)  # type: ignore[arg-type]
 
 
+def update(client: redis.Redis, f: Frontier, url: str, domain: str = "a.test", **fields: object) -> HistoryWrite:
+    """An UPDATE as the worker makes it: from the record as it read it, whose
+    'last' (bytes 2-5) the new record still carries (the script's check that
+    a write is applied once)."""
+    stored = hist(client, f, url, domain)
+    last = unpack(stored).last if stored else 0
+    rec = fields.pop("record", None) or record(url, iv=int(fields.get("iv", 0)))  # type: ignore[arg-type]
+    rec = rec[:1] + struct.pack(">I", last) + rec[5:]  # type: ignore[index,operator]
+    return HistoryWrite(UPDATE, domain, k_of(url), rec, **fields)  # type: ignore[arg-type]
+
+
 def leased(f: Frontier, url: str, domain: str = "a.test") -> str:
     """``url`` offered and leased: its lease id."""
     f.add([item(url, domain)])
@@ -121,10 +132,10 @@ def test_update_replaces_the_record_moves_its_bin_and_counts_the_outcome(redis_c
     f.add([], acks=[Acked("1", write(CREATE, url, iv=HOUR, rbin_new=3))])
     clock.advance(HOUR)
     new = record(url, iv=4 * HOUR, n=2, changes=1, etag=b'"v2"')
-    f.add([], acks=[Acked("2", write(UPDATE, url, iv=4 * HOUR, rbin_old=3, rbin_new=7, outcome=CHANGED,
+    f.add([], acks=[Acked("2", update(redis_client, f, url, iv=4 * HOUR, rbin_old=3, rbin_new=7, outcome=CHANGED,
                                       record=new))])
     clock.advance(HOUR)
-    f.add([], acks=[Acked("3", write(UPDATE, url, iv=4 * HOUR, rbin_old=7, rbin_new=7, outcome=NOT_MODIFIED_304,
+    f.add([], acks=[Acked("3", update(redis_client, f, url, iv=4 * HOUR, rbin_old=7, rbin_new=7, outcome=NOT_MODIFIED_304,
                                       saved=5000, record=new))])
     got = unpack(hist(redis_client, f, url) or b"")
     assert (got.iv, got.n, got.changes, got.etag, got.last) == (4 * HOUR, 2, 1, b'"v2"', clock.ms() // 1000)
@@ -177,7 +188,7 @@ def test_create_over_an_existing_record_moves_only_last(redis_client: redis.Redi
 def test_an_update_of_a_missing_record_is_an_orphan_and_writes_nothing(redis_client: redis.Redis,
                                                                         clock: ManualClock) -> None:
     f = make(redis_client, clock)
-    f.add([], acks=[Acked("1", write(UPDATE, "http://a.test/gone", iv=HOUR, rbin_old=1, rbin_new=2,
+    f.add([], acks=[Acked("1", update(redis_client, f, "http://a.test/gone", iv=HOUR, rbin_old=1, rbin_new=2,
                                       outcome=CHANGED))])
     assert not redis_client.exists(f.keys.hist("a.test"), f.keys.due("a.test"), f.keys.rdom("a.test"), f.keys.rdue)
     s = stats(redis_client, f)
@@ -226,17 +237,17 @@ def test_a_lie_sets_the_hosts_distrust(redis_client: redis.Redis, clock: ManualC
     url, host = "http://a.test/l", "www.a.test"
     f.add([], acks=[Acked("1", write(CREATE, url, iv=HOUR))])
     rhost = f.keys.rhost(host)
-    f.add([], acks=[Acked("2", write(UPDATE, url, iv=HOUR, outcome=CHANGED, host=host, lie="etag"))])
+    f.add([], acks=[Acked("2", update(redis_client, f, url, iv=HOUR, outcome=CHANGED, host=host, lie="etag"))])
     until = clock.ms() + 10 * 24 * HOUR * 1000
     assert redis_client.hgetall(rhost) == {b"lies_etag": b"1", b"etag": str(until).encode()}
     for i in range(2):  # ignored conditionals: counted, no distrust before the 3rd evidence
         clock.advance(HOUR)
-        f.add([], acks=[Acked(f"i{i}", write(UPDATE, url, iv=HOUR, outcome="u", host=host, lie="ignored"))])
+        f.add([], acks=[Acked(f"i{i}", update(redis_client, f, url, iv=HOUR, outcome="u", host=host, lie="ignored"))])
     assert redis_client.hget(rhost, "ignored") == b"2" and redis_client.hget(rhost, "all") is None
     clock.advance(HOUR)
-    f.add([], acks=[Acked("i3", write(UPDATE, url, iv=HOUR, outcome="u", host=host, lie="ignored"))])
+    f.add([], acks=[Acked("i3", update(redis_client, f, url, iv=HOUR, outcome="u", host=host, lie="ignored"))])
     assert redis_client.hget(rhost, "all") == str(clock.ms() + 10 * 24 * HOUR * 1000).encode()
-    f.add([], acks=[Acked("m", write(UPDATE, url, iv=HOUR, outcome=CHANGED, host=host, lie="lm"))])
+    f.add([], acks=[Acked("m", update(redis_client, f, url, iv=HOUR, outcome=CHANGED, host=host, lie="lm"))])
     assert redis_client.hget(rhost, "lm") == str(clock.ms() + 10 * 24 * HOUR * 1000).encode()
     s = stats(redis_client, f)
     assert (s["rv_lies_etag"], s["rv_lies_ignored"], s["rv_lies_lm"]) == (1, 3, 1)
@@ -285,11 +296,33 @@ def test_a_write_rides_in_its_acks_call_even_for_an_unknown_lease(redis_client: 
     assert hist(redis_client, f, "http://a.test/2") is None
 
 
+def test_a_write_applies_once_when_its_call_is_sent_again(redis_client: redis.Redis, clock: ManualClock) -> None:
+    """A call whose reply was lost is sent again with the same writes: the
+    second finds the record moved on (its 'last' is not the one the write was
+    made from) and applies nothing: no counter, bin or lie twice."""
+    f = make(redis_client, clock)
+    url = "http://a.test/r"
+    f.add([], acks=[Acked("1", write(CREATE, url, iv=HOUR, rbin_new=3))])
+    clock.advance(HOUR)
+    once = update(redis_client, f, url, iv=2 * HOUR, rbin_old=3, rbin_new=5, outcome=CHANGED, saved=0,
+                  host="a.test", lie="lm")
+    f.add([], acks=[Acked("2", once)])
+    after = hist(redis_client, f, url)
+    rdom = redis_client.hgetall(f.keys.rdom("a.test"))
+    clock.advance(5)
+    f.add([], acks=[Acked("2", once)])  # the same call again
+    assert hist(redis_client, f, url) == after
+    assert redis_client.hgetall(f.keys.rdom("a.test")) == rdom
+    s = stats(redis_client, f)
+    assert (s["rv_visits"], s["rv_changed"], s["rv_lies_lm"], s["rv_stale_writes"]) == (1, 1, 1, 1)
+    assert redis_client.hget(f.keys.rhost("a.test"), "lies_lm") == b"1"
+
+
 def test_every_new_key_hashes_to_the_bases_slot(redis_client: redis.Redis, clock: ManualClock) -> None:
     f = make(redis_client, clock)
-    f.add([], acks=[Acked("1", write(CREATE, "http://a.test/1", iv=HOUR, rbin_new=1)),
-                    Acked("2", write(UPDATE, "http://a.test/1", iv=HOUR, rbin_old=1, rbin_new=2, outcome="u",
-                                     host="a.test", lie="etag"))])
+    f.add([], acks=[Acked("1", write(CREATE, "http://a.test/1", iv=HOUR, rbin_new=1))])
+    f.add([], acks=[Acked("2", update(redis_client, f, "http://a.test/1", iv=HOUR, rbin_old=1, rbin_new=2, outcome="u",
+                                      host="a.test", lie="etag"))])
     slot = key_slot(f.keys.base.encode())
     names = [f.keys.hist("a.test"), f.keys.due("a.test"), f.keys.rdom("a.test"), f.keys.rdue,
              f.keys.rhost("a.test")]

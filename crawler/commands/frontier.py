@@ -172,7 +172,8 @@ def _recrawl_lines(rc: dict[str, Any]) -> list[str]:
                                             if rc["early"] else "")
     lines.append(f"  tracking      {rc['created']} created, {rc['deleted']} deleted, {rc['refetched']} refetched; "
                  f"{rc['untracked']} untracked at a cap{f' ({by})' if by else ''}; {early}"
-                 + (f"; {rc['orphans']} orphan writes" if rc["orphans"] else ""))
+                 + (f"; {rc['orphans']} orphan writes" if rc["orphans"] else "")
+                 + (f"; {rc['stale_writes']} writes applied already (a retried call)" if rc["stale_writes"] else ""))
     if rc["hints_applied"] or rc["hints_ignored"]:
         lines.append(f"  sitemap hints {rc['hints_applied']} applied, {rc['hints_ignored']} ignored (host not trusted); "
                      f"hinted visits found {rc['hints_right']} changed, {rc['hints_wrong']} unchanged")

@@ -37,7 +37,7 @@ RECRAWL_COUNTERS = {
     "not_modified": "rv_not_modified", "bytes_saved": "rv_bytes_saved", "orphans": "rv_orphans",
     "ended_not_modified": "end_not_modified",
     "hints_applied": "rv_hints_applied", "hints_ignored": "rv_hints_ignored", "hints_right": "rv_hints_right",
-    "hints_wrong": "rv_hints_wrong",
+    "hints_wrong": "rv_hints_wrong", "stale_writes": "rv_stale_writes",
 }
 #: ``:rhost:<h>`` fields holding the ms until which a validator is not sent to the host
 DISTRUST_FIELDS = ("etag", "lm", "all")

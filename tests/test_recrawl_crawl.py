@@ -149,3 +149,31 @@ def test_a_sigkilled_worker_keeps_the_history(redis_server: RedisServer, tmp_pat
         assert sum(len(client.hgetall(k)) for k in client.scan_iter(match="*:hist:*")) >= tracked
     finally:
         web.stop()
+
+
+def test_past_the_tracking_cap_a_url_is_fetched_once_counted_and_said(redis_server: RedisServer,
+                                                                       tmp_path: Path) -> None:
+    """``CRAWLER_RECRAWL_MAX_TRACKED`` reached: the URLs past it are fetched
+    once, never revisited, counted in the frontier and said in the log."""
+    redis_server.client().flushall()
+    web = TestWebProcess(WEB).start()
+    client = redis_server.client()
+    try:
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_text("\n".join(web.url(d) for d in web.domains) + "\n")
+        result = run_scrapy(args(seeds, tmp_path, "-s", "CLOSESPIDER_TIMEOUT=8", "-s", "CRAWLER_RECRAWL_MAX_TRACKED=3"),
+                            env(redis_server.url))
+        assert result.returncode == 0, result.stderr[-3000:]
+        log = web.log()
+    finally:
+        web.stop()
+    assert sum(client.hlen(k) for k in client.scan_iter(match="*:hist:*")) == 3
+    (stats_key,) = [k for k in client.scan_iter(match="*:stats") if client.hexists(k, "rv_untracked")]
+    untracked = int(client.hget(stats_key, "rv_untracked"))
+    visits: dict[str, int] = defaultdict(int)
+    for e in log:
+        if e.path.startswith("/p/") or e.path == "/":
+            visits[f"{e.domain}{e.path}"] += 1
+    assert untracked == sum(1 for n in visits.values() if n == 1) > 0, visits
+    assert sum(1 for n in visits.values() if n > 1) <= 3
+    assert f"Frontier recrawl: {untracked} URLs were fetched without a history" in result.stderr

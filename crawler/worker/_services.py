@@ -121,7 +121,8 @@ class Services:
         ``crawler/ledger/*``."""
         assert self.store is not None
         try:
-            ledger = Ledger.from_status(self.store.status()).as_dict()
+            status = self.store.status()
+            ledger = Ledger.from_status(status).as_dict()
         except REDIS_ERRORS as exc:
             logger.warning("Frontier ledger not read, Redis unreachable: %s", exc)
             return
@@ -134,6 +135,12 @@ class Services:
                 self.stats.set_value(f"crawler/ledger/{name}", int(value))
         level = logging.INFO if ledger["adds_up"] else logging.ERROR
         logger.log(level, "Frontier ledger: %s", describe(ledger))
+        untracked = status["counters"].get("rv_untracked", 0)
+        if untracked:  # the recrawl caps' policy: fetched once, counted, and said (docs/recrawl.md)
+            logger.warning("Frontier recrawl: %d URLs were fetched without a history (never revisited): "
+                           "CRAWLER_RECRAWL_MAX_TRACKED (%d tracked now) or CRAWLER_RECRAWL_DOMAIN_MAX was "
+                           "reached; scrapy frontier shows them, 'untracked at a cap'", untracked,
+                           status["counters"].get("rv_tracked", 0))
         lost = self.stats.get_value("crawler/frontier/ended/lost", 0) if self.stats is not None else 0
         if lost and self.stats is not None and not self.stats.get_value("crawler/exit/error"):
             self.stats.set_value("crawler/exit/error", f"{lost} requests of this crawl were lost "

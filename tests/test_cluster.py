@@ -322,3 +322,35 @@ def test_a_worker_started_during_a_failover_waits_for_it(tmp_path: Path, make_we
     assert {(d, p) for d in web.domains for p in ("/", "/p/0.html", "/p/1.html")} <= fetched
     # it did open inside the window: its frontier's master refused it, and it waited once
     assert err.count("does not answer (") == 1 and elected > 4, (elected, err[-3000:])
+
+
+def test_a_recrawl_on_the_cluster(cluster: RedisClusterServers, make_web) -> None:
+    """Recrawling on a real Cluster: the history, the schedule, the hosts'
+    trust and the hints stay in the frontier's slot (every script call on one
+    node); pages are revisited, conditionally, never sooner than MIN."""
+    from collections import defaultdict
+
+    from tests.servers import run_scrapy, scrapy_env
+
+    web = make_web(domains=2, pages=4, links=3, size_fixed=2000, private_share=0, crawl_delay_share=0, cross_share=0,
+                   dup_share=0, change_share=0.5, change_mean_min_s=1.0, change_mean_max_s=3.0,
+                   validators={"etag": 1.0})
+    starts = ",".join(web.url(d) for d in range(2))
+    result = run_scrapy(["crawl", "demo", "-a", f"start_urls={starts}", "-s", "CRAWLER_REDIS_CLUSTER=True",
+                         "-s", "CRAWLER_KEY_PREFIX=clusterrecrawl", "-s", "CRAWLER_RECRAWL=fixed",
+                         "-s", "CRAWLER_RECRAWL_INTERVAL=1.5", "-s", "CRAWLER_RECRAWL_MIN=1.5",
+                         "-s", "CRAWLER_DOMAIN_DELAY=0.2", "-s", "CLOSESPIDER_TIMEOUT=8",
+                         "-s", "SCHEDULER_IDLE_BEFORE_CLOSE=8"], scrapy_env(cluster.url))
+    assert result.returncode == 0, result.stderr[-3000:]
+    visits: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for e in web.log():
+        if e.path.startswith("/p/") or e.path == "/":
+            visits[(e.domain, e.path)].append(e.ms)
+    assert sum(1 for ms in visits.values() if len(ms) >= 3) >= len(visits) // 2, visits
+    for ms in visits.values():
+        assert all(b - a >= 1500 for a, b in zip(sorted(ms), sorted(ms)[1:]))
+    assert any(e.conditionals != "-" for e in web.log()) and any(e.status == 304 for e in web.log())
+    client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    keys = list(client.scan_iter(match="clusterrecrawl:*"))
+    assert any(b":hist:" in k for k in keys) and any(b":due:" in k for k in keys)
+    assert len({key_slot(k) for k in keys}) == 1

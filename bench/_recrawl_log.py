@@ -33,7 +33,7 @@ honest validators (``validators`` other than ``none``, no lie); body bytes
 sent against unconditional refetching (every visit a 200 of the page's
 size); revisits the WARC should hold as revisit records (304s, and 200s whose
 body is byte-identical to the URL's previous 200: same version, not a noisy
-page); and the politeness audit: same-domain intervals from the end of an
+page, not over the crawler's page cap, which stores it cut); and the politeness audit: same-domain intervals from the end of an
 answer to the next arrival under the delay, and same-URL gaps (arrival to
 arrival) under ``CRAWLER_RECRAWL_MIN``, a request whose previous one failed
 (no answer, 429, 5xx, the client hung up) being a retry of the same visit
@@ -272,10 +272,13 @@ class Result:
 
 
 def analyse(log: Sequence[LogEntry], config: WebConfig, t0: float, t1: float,
-            low: float = 0.0, high: float = math.inf, site: Site | None = None) -> Result:
+            low: float = 0.0, high: float = math.inf, site: Site | None = None,
+            page_cap: float = math.inf) -> Result:
     """The window [t0, t1] (schedule clock, s) of a crawl of the test web of
     ``config`` whose request log is ``log``; ``low``/``high``: the crawl's
-    MIN and MAX, which the optimum and uniform are held within."""
+    MIN and MAX, which the optimum and uniform are held within; ``page_cap``:
+    the crawler's page cap (billion's ``CRAWLER_MAX_PAGE_BYTES``): a page
+    over it is stored cut, and a cut payload is never an identical one."""
     if not t1 > t0:
         raise ValueError(f"an empty window: [{t0}, {t1}]")
     schedule = Schedule.of(config)
@@ -322,7 +325,8 @@ def analyse(log: Sequence[LogEntry], config: WebConfig, t0: float, t1: float,
         known = copy.get(v.url)
         if v.status == 304:
             r304 += 1
-        elif v.full and last_full.get(v.url) == v.version and not site.noisy(v.d, v.k):
+        elif (v.full and last_full.get(v.url) == v.version and not site.noisy(v.d, v.k)
+              and site.page_size(v.d, v.k) <= page_cap):
             identical += 1
         if in_window:
             size = site.page_size(v.d, v.k)

@@ -78,6 +78,7 @@ sys.path.insert(0, str(ROOT))
 from bench._recrawl_log import Audit, Result, analyse, audit, fetch_ratio_for  # noqa: E402
 from bench.bench_openweb import address_audit  # noqa: E402
 from crawler.settings_registry import BY_NAME  # noqa: E402
+from crawler.spiders.billion import BillionSpider  # noqa: E402
 from devkit.testweb.changes import LIES  # noqa: E402
 from devkit.testweb.config import WebConfig  # noqa: E402
 from devkit.testweb.control import TestWebProcess  # noqa: E402
@@ -275,7 +276,8 @@ def run(mode: str, args: argparse.Namespace, scale: Scale, redis: RedisServer, t
     finally:
         web.stop()
     site = Site(config, 0)
-    result = analyse(log, config, t0, t1, low=scale.minimum, high=scale.maximum, site=site)
+    result = analyse(log, config, t0, t1, low=scale.minimum, high=scale.maximum, site=site,
+                     page_cap=BillionSpider.custom_settings["CRAWLER_MAX_PAGE_BYTES"])
     checks = audit(log, config, scale.delay, scale.minimum)
     per_address = None
     if config.spread:

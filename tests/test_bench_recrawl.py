@@ -139,6 +139,9 @@ def test_304_share_bytes_and_revisit_records() -> None:
     # a noisy page's bytes differ on every answer: never an identical payload
     noisy = WebConfig(**{**config.__dict__, "noisy_share": 1.0})
     assert analyse(log, noisy, 0.0, c2).revisits_identical == 0
+    # a page over the crawler's page cap is stored cut: never an identical payload either
+    assert analyse(log, config, 0.0, c2, page_cap=2999).revisits_identical == 0
+    assert analyse(log, config, 0.0, c2, page_cap=3000).revisits_identical == 2
 
 
 def test_the_optimum_and_uniform_are_the_models_for_the_same_rates_and_budget() -> None:

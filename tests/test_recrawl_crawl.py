@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -122,13 +123,22 @@ def test_the_ledger_adds_up_with_revisits(crawl: Crawl) -> None:
     assert ledger["admitted"] > ledger["stored"] - ledger["not_modified"]
 
 
-def test_a_sigkilled_worker_keeps_the_history(redis_server: RedisServer, tmp_path: Path) -> None:
+@contextmanager
+def fresh_web(redis_server: RedisServer, tmp: Path) -> Iterator[tuple[TestWebProcess, Path]]:
+    """An empty Redis, the test web started, and its seed file."""
     redis_server.client().flushall()
     web = TestWebProcess(WEB).start()
-    client = redis_server.client()
     try:
-        seeds = tmp_path / "seeds.txt"
+        seeds = tmp / "seeds.txt"
         seeds.write_text("\n".join(web.url(d) for d in web.domains) + "\n")
+        yield web, seeds
+    finally:
+        web.stop()
+
+
+def test_a_sigkilled_worker_keeps_the_history(redis_server: RedisServer, tmp_path: Path) -> None:
+    client = redis_server.client()
+    with fresh_web(redis_server, tmp_path) as (web, seeds):
         child = subprocess.Popen([sys.executable, "-m", "scrapy", *args(seeds, tmp_path, "-s", "CLOSESPIDER_TIMEOUT=0")],
                                  cwd=ROOT, env=env(redis_server.url), stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
@@ -147,26 +157,18 @@ def test_a_sigkilled_worker_keeps_the_history(redis_server: RedisServer, tmp_pat
         # the restart revisits (conditionally) what the killed worker had tracked: nothing starts over
         assert [e for e in after if e.conditionals != "-"], "no conditional revisit after the restart"
         assert sum(len(client.hgetall(k)) for k in client.scan_iter(match="*:hist:*")) >= tracked
-    finally:
-        web.stop()
 
 
 def test_past_the_tracking_cap_a_url_is_fetched_once_counted_and_said(redis_server: RedisServer,
                                                                        tmp_path: Path) -> None:
     """``CRAWLER_RECRAWL_MAX_TRACKED`` reached: the URLs past it are fetched
     once, never revisited, counted in the frontier and said in the log."""
-    redis_server.client().flushall()
-    web = TestWebProcess(WEB).start()
     client = redis_server.client()
-    try:
-        seeds = tmp_path / "seeds.txt"
-        seeds.write_text("\n".join(web.url(d) for d in web.domains) + "\n")
+    with fresh_web(redis_server, tmp_path) as (web, seeds):
         result = run_scrapy(args(seeds, tmp_path, "-s", "CLOSESPIDER_TIMEOUT=8", "-s", "CRAWLER_RECRAWL_MAX_TRACKED=3"),
                             env(redis_server.url))
         assert result.returncode == 0, result.stderr[-3000:]
         log = web.log()
-    finally:
-        web.stop()
     assert sum(client.hlen(k) for k in client.scan_iter(match="*:hist:*")) == 3
     (stats_key,) = [k for k in client.scan_iter(match="*:stats") if client.hexists(k, "rv_untracked")]
     untracked = int(client.hget(stats_key, "rv_untracked"))

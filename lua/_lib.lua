@@ -274,8 +274,7 @@ local function requeue_lease(base, id, now, expired)
     else
       push(base, domain, prio, entry, true, now)
       back = true
-      local _, k = nil, nil
-      if string.sub(entry, 1, 1) == 'V' then _, k = revisit_parts(entry) end
+      local k = string.sub(entry, 1, 1) == 'V' and select(2, revisit_parts(entry))
       if k then
         -- queued now, it is leased from its queue (and re-armed then): its due
         -- time goes to the latest a tracked URL may wait, so that it is not

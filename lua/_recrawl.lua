@@ -31,7 +31,14 @@
 local recrawl = {OUTCOMES = {[''] = false, c = 'rv_changed', u = 'rv_unchanged', n = 'rv_not_modified'},
                 LIES = {etag = {'lies_etag', 'etag', 1}, lm = {'lies_lm', 'lm', 1},
                         lm_now = {'lies_lm_now', 'lm', 3}, ignored = {'ignored', 'all', 3}},
-                FIXED = 39}
+                FIXED = 39, HINTED = 0x08}
+
+-- ms from a visit to its next due time for an interval of <iv> s: never
+-- sooner than rv_min, never later than rv_max (<d>: defaults()); the one
+-- rule history_write schedules by and recrawl_hint.lua recognises
+function recrawl.due_in(iv, d)
+  return math.min(math.max(iv * 1000, d.rv_min), math.max(d.rv_max, d.rv_min))
+end
 
 -- The write list at ARGV[start]: a list of tables, and the index after it.
 -- Every write is checked before any is applied: a malformed list fails the
@@ -104,7 +111,6 @@ function recrawl.history_write(base, writes, now)
   local counts, touched = {}, {}
   local function count(name, by) counts[name] = (counts[name] or 0) + (by or 1) end
   local tracked = tonumber(redis.call('HGET', stats, 'rv_tracked') or '0') or 0
-  local late = math.max(d.rv_max, d.rv_min)
   for _, w in ipairs(writes) do
     local hist, rdom = base .. ':hist:' .. w.domain, base .. ':rdom:' .. w.domain
     local due = base .. ':due:' .. w.domain
@@ -148,7 +154,7 @@ function recrawl.history_write(base, writes, now)
       end
       if store then
         redis.call('HSET', hist, w.k, recrawl.stamp(w.record, now))
-        redis.call('ZADD', due, now + math.min(math.max(w.iv * 1000, d.rv_min), late), w.k)
+        redis.call('ZADD', due, now + recrawl.due_in(w.iv, d), w.k)
         if w.rbin_old >= 0 then redis.call('HINCRBY', rdom, 'lb' .. w.rbin_old, -1) end
         if w.rbin_new >= 0 then redis.call('HINCRBY', rdom, 'lb' .. w.rbin_new, 1) end
         redis.call('HINCRBY', rdom, 'since', 1)
@@ -159,7 +165,7 @@ function recrawl.history_write(base, writes, now)
           count(outcome)
         end
         if w.saved > 0 then count('rv_bytes_saved', w.saved) end
-        if outcome and old and w.host ~= '' and bit.band(string.byte(old, 1), 0x08) ~= 0 then
+        if outcome and old and w.host ~= '' and bit.band(string.byte(old, 1), recrawl.HINTED) ~= 0 then
           -- a visit a sitemap's <lastmod> brought forward (recrawl_hint.lua): the host's evidence
           local right = w.outcome == 'c'
           redis.call('HINCRBY', base .. ':rhost:' .. w.host, right and 'lastmod_ok' or 'lastmod_bad', 1)

@@ -29,7 +29,7 @@ local applied, ignored, untracked, stale = 0, 0, 0, 0
 local touched = {}
 local trust = {}  -- host -> 'trusted' | 'unproven' | 'wrong', read once a call
 
-local function trust_of(host)
+local function lastmod_trust(host)
   if trust[host] == nil then
     local v = redis.call('HMGET', base .. ':rhost:' .. host, 'lastmod_ok', 'lastmod_bad')
     local ok, bad = tonumber(v[1] or '0') or 0, tonumber(v[2] or '0') or 0
@@ -63,18 +63,18 @@ for i = 1, #ARGV, 4 do
     -- the due time its last write set is last + iv (within rv_min, rv_max; 'last' is
     -- stamped in s, the time in ms); a leased revisit is re-armed later than that
     -- (dequeue.lua: lease + rv_min after it was served)
-    local written = last * 1000 + math.min(math.max(iv * 1000, d.rv_min), math.max(d.rv_max, d.rv_min))
+    local written = last * 1000 + recrawl.due_in(iv, d)
     if tonumber(score) >= written + 1000 then
       untracked = untracked + 1
-    elseif lastmod <= last or bit.band(flags, 0x08) ~= 0 then
+    elseif lastmod <= last or bit.band(flags, recrawl.HINTED) ~= 0 then
       stale = stale + 1
     else
-      local level = trust_of(host)
+      local level = lastmod_trust(host)
       if level == 'trusted' or (level == 'unproven' and sampled(host, 4)) or (level == 'wrong' and sampled(host, 32)) then
         local at = math.max(now, last * 1000 + d.rv_min)
         if at < tonumber(score) then
           redis.call('ZADD', due, at, k)
-          redis.call('HSET', hist, k, string.char(bit.bor(flags, 0x08)) .. string.sub(record, 2))
+          redis.call('HSET', hist, k, string.char(bit.bor(flags, recrawl.HINTED)) .. string.sub(record, 2))
           touched[domain] = true
           applied = applied + 1
         else

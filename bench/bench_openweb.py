@@ -14,7 +14,7 @@ Measured over the steady window (``--warmup`` seconds after the start to
 - CPU ms per page by component, from py-spy samples (TLS, HTTP, parse,
   frontier, WARC, Scrapy engine, other);
 - ours only, from its stats file (the whole crawl): the event loop's worst
-  stall, pages acknowledged stored and pages the WARC holds;
+  stall, and the pages acknowledged stored against those the site served;
 - Redis CPU per page, peak RSS of the crawl process, and its resident memory at the window's
   end by kind (glibc's heap, other anonymous memory, files).
 
@@ -179,7 +179,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     started = time.time()
     stats_file = None
     if "billion" in cmd:  # ours: its own stats (the loop's worst stall, pages acknowledged and stored)
-        stats_file = tmp / f"stats-{name.split()[0]}.json"
+        stats_file = tmp / ("stats-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in name) + ".json")
         cmd = [*cmd, "-s", f"CRAWLER_STATS_FILE={stats_file}"]
     proc = subprocess.Popen(["taskset", "-c", "0", *cmd], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -202,6 +202,8 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         print(err[-3000:])
         raise SystemExit(f"{name}: the crawl failed")
     crawl_stats = json.loads(stats_file.read_text()) if stats_file is not None and stats_file.exists() else {}
+    if stats_file is not None and args.profile_dir:  # kept beside the profiles
+        shutil.copy(stats_file, args.profile_dir / stats_file.name)
     log = web.log(since=before)
     pairs = consecutive(log)  # robots.txt included: the site sees every request
     if args.offenders:
@@ -229,11 +231,11 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     per_address = address_audit(log, web.config, args, answer_s, (t0, t1)) if web.config.spread else None
     return {
         "per_address": per_address,
-        # ours only (None for the others): the event loop's worst lateness, pages acknowledged
-        # stored (a lease ended stored, after its page was in the WARC) and pages the WARC holds
+        # ours only (None for the others): the event loop's worst lateness, and the pages
+        # acknowledged stored (a lease ended stored once its page was in the WARC)
+        "stats_file": bool(crawl_stats),
         "stall_ms": crawl_stats.get("crawler/loop/lag_max_ms"),
         "acked_stored": crawl_stats.get("crawler/frontier/ended/stored"),
-        "warc_stored": crawl_stats.get("crawler/warc/pages_stored"),
         "pages_total": len({(e.domain, e.target) for e in pages}),
         "domains_active": len({e.domain for e in in_window}),
         "turn_s": statistics.fmean(turns) if turns else 0.0,
@@ -483,9 +485,11 @@ def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess,
     print(f"  resident at the window's end: glibc heap {memory['heap']:.0f} MB (C allocations: OpenSSL, "  # type: ignore[index]
           f"Lexbor...), other anonymous {memory['anon']:.0f} MB (Python's objects, large buffers), "  # type: ignore[index]
           f"files {memory['files']:.0f} MB")  # type: ignore[index]
-    if r["stall_ms"] is not None:
-        print(f"  worst event-loop stall {r['stall_ms']:.0f} ms; pages acknowledged stored {r['acked_stored']:,}, "
-              f"pages the WARC holds {r['warc_stored']:,} (the whole crawl)")
+    if r["stats_file"]:
+        def shown(value: object) -> str:
+            return "not in its stats" if value is None else f"{value:,}"
+        print(f"  worst event-loop stall {shown(r['stall_ms'])} ms; pages acknowledged stored "
+              f"{shown(r['acked_stored'])} of the {r['pages_total']:,} the site served (the whole crawl)")
     starts, finishes = r["gaps"]  # type: ignore[misc]
     limit = delay * 1000
     if starts:

@@ -4,13 +4,18 @@ on one core: ours (Lexbor; plain hrefs joined by string work, the rest by
 ada; canonical URLs), Scrapy's LinkExtractor, and Lexbor parsing alone as the
 ceiling.
 
+Then the key function (#50 item 7): the cost per host of the politeness and
+shard key (``registered_domain``, the Public Suffix List over its ICANN
+section alone, as before, and over both sections, as now), a link's cost
+through ``domain_of``'s cache by origin, and the one-time build of the list.
+
 Then the hostile pages (#22 item 5): 250 KB of markup a tree builder nests
 ever deeper, one construct each (the test web's nested kinds and a few
 more): the time of Lexbor's parse (what a page stalled the crawl before), of
 ours (the page is found risky and scanned), and the cost of the risk check
 on ordinary pages (the corpus, the test web's pages).
 
-    python bench/bench_extract.py [--rounds 5] [--corpus DIR] [--only corpus|hostile]
+    python bench/bench_extract.py [--rounds 5] [--corpus DIR] [--only corpus|keys|hostile]
 
 Without a corpus the corpus part is skipped (said so), or, with ``--only
 corpus``, the script exits 2.
@@ -31,6 +36,7 @@ from scrapy.http import HtmlResponse  # noqa: E402
 from scrapy.linkextractors import LinkExtractor as ScrapyLinkExtractor  # noqa: E402
 from selectolax.lexbor import LexborHTMLParser  # noqa: E402
 
+from crawler import identity  # noqa: E402
 from crawler._hrefscan import risky  # noqa: E402
 from crawler.links import LinkExtractor  # noqa: E402
 from devkit.testweb.config import WebConfig  # noqa: E402
@@ -109,10 +115,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--corpus", type=Path, default=os.environ.get("BENCH_CORPUS") or None,
                         help="a folder of real .html pages (default: $BENCH_CORPUS)")
-    parser.add_argument("--only", choices=("corpus", "hostile"))
+    parser.add_argument("--only", choices=("corpus", "keys", "hostile"))
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {0})
+    if args.only in (None, "keys"):
+        keys(args.rounds)
+        if args.only == "keys":
+            return
     if args.corpus is None:
         if args.only == "corpus":
             parser.error("no corpus: give --corpus DIR (a folder of real .html pages) or set BENCH_CORPUS")
@@ -124,6 +134,44 @@ def main() -> None:
             corpus(args.rounds, pages, Path(args.corpus))
     if args.only != "corpus":
         hostile(args.rounds, pages)
+
+
+#: suffixes of both sections, and unknown ones (the default rule), for the key bench
+KEY_SUFFIXES = ("com", "co.uk", "de", "org", "com.br", "blogspot.com", "github.io", "herokuapp.com",
+                "netlify.app", "test")
+
+
+def keys(rounds: int, n: int = 20_000) -> None:
+    """The politeness/shard key per host, ICANN section alone (before) and
+    both sections (now), each host new to the cache as a new origin is."""
+    import random
+
+    import tldextract
+
+    rng = random.Random(7)
+    hosts = [f"{rng.choice(('www.', '', 'shop.', 'a.b.'))}site{i}.{KEY_SUFFIXES[i % len(KEY_SUFFIXES)]}"
+             for i in range(n)]
+    now = identity._extract
+    print(f"key function (registered_domain), {n:,} distinct hosts, one core, best of {rounds}")
+    try:
+        for name, extract in (("before: ICANN section", None), ("now: ICANN + private", now)):
+            started = time.perf_counter()
+            if extract is None:
+                extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+            else:
+                extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None,
+                                                include_psl_private_domains=True)
+            extract("www.example.co.uk")  # builds the list's trie: once per process
+            built = time.perf_counter() - started
+            identity._extract = extract
+            per_host = best_of(rounds, lambda: [identity.registered_domain(h) for h in hosts]) / n * 1e6
+            print(f"  {name:24s} {per_host:6.2f} us per host   (list built once: {built * 1000:.0f} ms)")
+    finally:
+        identity._extract = now
+    page = [f"https://{hosts[i % 4]}/p/{i}" for i in range(40)]  # a page's links: a few origins, cached
+    identity.domain_of(page[0])
+    per_link = best_of(rounds, lambda: [identity.domain_of(u) for _ in range(250) for u in page]) / 10_000 * 1e6
+    print(f"  domain_of on a page's links (cached by origin): {per_link:.2f} us per link")
 
 
 def corpus(rounds: int, pages: list[tuple[str, bytes]], where: Path) -> None:

@@ -16,7 +16,10 @@ A GET (or HEAD) without a body is identified by its canonical URL alone, so a
 link found in a page and the request later made for it share a fingerprint.
 Other methods, or a body, are folded in.
 
-Registered domains are public-suffix aware and computed offline.
+Registered domains are public-suffix aware and computed offline, with the
+Public Suffix List's private section: ``alice.blogspot.com`` and
+``bob.github.io`` are sites of their own, as their platforms asked the list
+to say (docs/politeness.md, "Which name is a site").
 """
 
 from __future__ import annotations
@@ -138,16 +141,21 @@ class Fingerprinter:
         return digest
 
 
-# The snapshot of the Public Suffix List bundled with tldextract: no network.
-_extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
+# The snapshot of the Public Suffix List bundled with tldextract (no network),
+# both its sections: the ICANN one (co.uk) and the private one (blogspot.com,
+# github.io), whose platforms give each customer a name of its own.
+_extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=True)
 
 
 def registered_domain(host: str) -> str:
-    """``www.bbc.co.uk`` -> ``bbc.co.uk``, by the Public Suffix List's
-    algorithm with its default rule ``*``: under a suffix the list does not
-    know (``.test``, an intranet name) the last label is the suffix, so
+    """``www.bbc.co.uk`` -> ``bbc.co.uk``, ``alice.blogspot.com`` ->
+    ``alice.blogspot.com``: the politeness key and the shard key, by the
+    Public Suffix List's algorithm over both its sections (ICANN and private)
+    with its default rule ``*``: under a suffix the list does not know
+    (``.test``, an intranet name) the last label is the suffix, so
     ``www.d0.test`` -> ``d0.test``. Names that are a suffix themselves
-    (``co.uk``, ``localhost``) and IP addresses stand for themselves."""
+    (``co.uk``, ``github.io``, ``localhost``) and IP addresses stand for
+    themselves."""
     host = host.lower().rstrip(".")
     if not host or ":" in host or host.startswith("[") or _IPV4.match(host):
         return host

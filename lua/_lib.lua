@@ -56,34 +56,20 @@ local function split_record(rec)
   return string.sub(rec, 1, i - 1), string.sub(rec, i + 1, j - 1), string.sub(rec, j + 1)
 end
 
-local function push(base, domain, prio, entry, front, now)
-  local q = base .. ':q:' .. domain .. ':' .. prio
-  if front then redis.call('LPUSH', q, entry) else redis.call('RPUSH', q, entry) end
-  redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
-  local dkey = base .. ':dom:' .. domain
-  local n = redis.call('HINCRBY', dkey, 'n', 1)
-  local st = redis.call('HMGET', dkey, 'next', 'busy')
-  if not st[2] then  -- a parked domain becomes ready when its request is done
-    -- its first queued request brings forward a domain ready only for its
-    -- revisits (later: LT); else a domain ready already keeps its place (NX)
-    redis.call('ZADD', base .. ':ready', n == 1 and 'LT' or 'NX', math.max(now, tonumber(st[1] or '0') or 0), domain)
-  end
-  redis.call('HINCRBY', base .. ':stats', 'queued', 1)
-end
-
 -- The frontier's politeness defaults (base:meta), read once per script call:
 -- per domain, and per address (ms): ip_delay (0: off), ip_shared_delay,
 -- ip_shared_cap, ip_shared_min, dns_ttl, dns_nx (lookups of a missing name
 -- before it is given up), dns_claim (how long a lookup may take before
 -- another worker tries); recrawl ('off', 'fixed', 'adaptive'), rv_min, rv_max,
--- rv_distrust (ms), rv_share, rv_cap, rv_domain_cap (design/recrawl.md E).
+-- rv_distrust (ms), rv_share, rv_cap, rv_domain_cap (design/recrawl.md E);
+-- head, block: the compact tier's (push() below; 0: no tier).
 local defaults_cache = nil
 local function defaults(base)
   if defaults_cache == nil then
     local v = redis.call('HMGET', base .. ':meta', 'rate', 'burst', 'delay', 'delay_factor', 'delay_max',
                          'ip_delay', 'ip_shared_delay', 'ip_shared_cap', 'ip_shared_min', 'dns_ttl', 'dns_nx',
                          'dns_claim', 'recrawl', 'rv_min', 'rv_max', 'rv_share', 'rv_cap', 'rv_domain_cap',
-                         'rv_distrust')
+                         'rv_distrust', 'head', 'block')
     defaults_cache = {rate = tonumber(v[1] or '') or 0, burst = tonumber(v[2] or '') or 1,
                       delay = tonumber(v[3] or '') or 0, factor = tonumber(v[4] or '') or 0,
                       max = tonumber(v[5] or '') or 0,
@@ -94,9 +80,104 @@ local function defaults(base)
                       recrawl = v[13] or 'off', rv_min = tonumber(v[14] or '') or 3600000,
                       rv_max = tonumber(v[15] or '') or 2592000000, rv_share = tonumber(v[16] or '') or 0.5,
                       rv_cap = tonumber(v[17] or '') or 0, rv_domain_cap = tonumber(v[18] or '') or 0,
-                      rv_distrust = tonumber(v[19] or '') or 2592000000}
+                      rv_distrust = tonumber(v[19] or '') or 2592000000,
+                      head = tonumber(v[20] or '') or 0, block = tonumber(v[21] or '') or 64}
   end
   return defaults_cache
+end
+
+-- The compact tier (docs/frontier.md). A domain's queue at priority <p> is
+-- three lists, served in this order: q:<d>:<p>, the head (raw records,
+-- what dequeue.lua pops); z:<d>:<p>, blocks (each a run of records the
+-- workers compressed: "<count>\n<zlib bytes>"), oldest first; s:<d>:<p>, the
+-- spill (raw records, newest last). A record goes to the head's end while
+-- the head holds fewer than meta 'head' records and neither other list holds
+-- any (head 0: while neither holds any), else to the spill's end; one
+-- given back goes to the head's front. Nothing is dropped: the lists only
+-- move records up, z and s in the order they came. The workers' jobs wait in
+-- base:tiers, "<kind>\n<d>\n<p>" -> ms from which one may take it (a taken
+-- job is claimed: its score moves past now; tier_take.lua, tier_done.lua):
+-- 'p' packs the first meta 'block' records of a full spill into a block,
+-- 'f' unpacks the first block into a head run low. The fields of dom:<d>
+-- 'so:<p>' and 'zo:<p>' count records taken off the spill's front and blocks
+-- off z's front: a job's reply is applied only if its count is unchanged.
+-- :stats 'spill', 'compact', 'compact_bytes': what the spills and blocks hold now.
+local function tier_keys(base, domain, prio)
+  local tail = domain .. ':' .. prio
+  return base .. ':q:' .. tail, base .. ':z:' .. tail, base .. ':s:' .. tail
+end
+
+local function tier_job(base, kind, domain, prio, at)
+  redis.call('ZADD', base .. ':tiers', 'NX', at, kind .. '\n' .. domain .. '\n' .. prio)
+end
+
+local function push(base, domain, prio, entry, front, now)
+  local q, z, s = tier_keys(base, domain, prio)
+  local spilled = false
+  local head = defaults(base).head
+  if not front and (redis.call('EXISTS', z, s) > 0 or (head > 0 and redis.call('LLEN', q) >= head)) then
+    local len = redis.call('RPUSH', s, entry)
+    redis.call('HINCRBY', base .. ':stats', 'spill', 1)
+    if len == defaults(base).block then tier_job(base, 'p', domain, prio, now) end
+    spilled = true
+  elseif front then
+    redis.call('LPUSH', q, entry)
+  else
+    redis.call('RPUSH', q, entry)
+  end
+  redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
+  local dkey = base .. ':dom:' .. domain
+  local n = redis.call('HINCRBY', dkey, 'n', 1)
+  local st = redis.call('HMGET', dkey, 'next', 'busy')
+  if not st[2] then  -- a parked domain becomes ready when its request is done
+    -- its first queued request brings forward a domain ready only for its
+    -- revisits (later: LT); else a domain ready already keeps its place (NX)
+    redis.call('ZADD', base .. ':ready', n == 1 and 'LT' or 'NX', math.max(now, tonumber(st[1] or '0') or 0), domain)
+  end
+  redis.call('HINCRBY', base .. ':stats', 'queued', 1)
+  return spilled
+end
+
+-- The head of <domain> at <prio> after a pop left it holding <left>: below
+-- half of meta 'head' (or empty, whatever 'head' is now), it is topped up,
+-- from the first block (a job for a worker: 'f') or, with no block, from the
+-- spill's front at once. Returns whether the head waits for a worker (it is
+-- empty and a block is next).
+local function tier_refill(base, domain, prio, left, now)
+  local d = defaults(base)
+  if left > 0 and left * 2 >= d.head then return false end
+  local q, z, s = tier_keys(base, domain, prio)
+  if redis.call('EXISTS', z) == 1 then
+    tier_job(base, 'f', domain, prio, now)
+    return left == 0
+  end
+  local moved = redis.call('LPOP', s, math.max(d.head - left, 1))
+  if not moved then return false end
+  redis.call('RPUSH', q, unpack(moved))
+  redis.call('HINCRBY', base .. ':dom:' .. domain, 'so:' .. prio, #moved)
+  local stats = base .. ':stats'
+  redis.call('HINCRBY', stats, 'spill', -#moved)
+  redis.call('HINCRBY', stats, 'tier_moved', #moved)
+  return false
+end
+
+-- Every list of <domain>'s queue deleted (an excluded domain's), the spills
+-- and blocks taken off :stats (the caller counts the records: dom 'n').
+local function tier_drop(base, domain)
+  local stats = base .. ':stats'
+  local dkey = base .. ':dom:' .. domain
+  for _, prio in ipairs(redis.call('ZRANGE', base .. ':qp:' .. domain, 0, -1)) do
+    local q, z, s = tier_keys(base, domain, prio)
+    local spilled = redis.call('LLEN', s)
+    if spilled > 0 then redis.call('HINCRBY', stats, 'spill', -spilled) end
+    for _, block in ipairs(redis.call('LRANGE', z, 0, -1)) do
+      redis.call('HINCRBY', stats, 'compact', -tonumber(string.match(block, '^(%d+)\n')))
+      redis.call('HINCRBY', stats, 'compact_bytes', -#block)
+    end
+    redis.call('DEL', q, z, s)
+    redis.call('HDEL', dkey, 'so:' .. prio, 'zo:' .. prio)
+  end
+  redis.call('DEL', base .. ':qp:' .. domain)
 end
 
 -- rate (per s), burst, delay (ms) of a domain: the defaults, overridden by
@@ -354,16 +435,17 @@ local function bloom_new_filter(base, idx, cap, p)
   return {m = m, k = k, cap = cap, n = 0, p = p, key = meta .. ':' .. idx}
 end
 
--- Offering requests to the frontier: per-domain exclusion, budget and cap,
--- then dedup (exact or Bloom), then the push. Shared by enqueue and
--- drain_inbox. new_offer(...).one(a, b, domain, prio, entry, filter) per
--- request (true when the request is marked seen now: added or a duplicate),
--- then .finish() -> {added, duplicates, capped, over_budget, excluded}.
-local function new_offer(base, mode, cap, budget)
+-- Offering requests to the frontier: per-domain exclusion and budget, then
+-- dedup (exact or Bloom), then the push (to the head, or past it to the
+-- spill: push()). Shared by enqueue and drain_inbox.
+-- new_offer(...).one(a, b, domain, prio, entry, filter) per request (true
+-- when the request is marked seen now: added or a duplicate), then
+-- .finish() -> {added, duplicates, spilled, over_budget, excluded}.
+local function new_offer(base, mode, budget)
   local now = now_ms()
   local bloom = nil
   local counts, totals = {}, {}
-  local added, dups, capped, over, excluded = 0, 0, 0, 0, 0
+  local added, dups, spilled, over, excluded = 0, 0, 0, 0, 0
   local excluded_set = {}
 
   local function bloom_load()
@@ -414,12 +496,10 @@ local function new_offer(base, mode, cap, budget)
       n = tonumber(st[1] or '0') or 0
       totals[domain] = tonumber(st[2] or '0') or 0
     end
-    -- neither capped nor over-budget URLs are marked seen: offered again
-    -- once there is room, they are taken
+    -- over-budget URLs are not marked seen: offered again once the budget
+    -- is raised, they are taken
     if budget > 0 and totals[domain] >= budget then
       over = over + 1
-    elseif cap > 0 and n >= cap then
-      capped = capped + 1
     else
       local new = true
       if filter == '1' then
@@ -432,7 +512,7 @@ local function new_offer(base, mode, cap, budget)
         end
       end
       if new then
-        push(base, domain, prio, entry, false, now)
+        if push(base, domain, prio, entry, false, now) then spilled = spilled + 1 end
         redis.call('HINCRBY', base .. ':dom:' .. domain, 'admitted', 1)
         n = n + 1
         totals[domain] = totals[domain] + 1
@@ -449,10 +529,10 @@ local function new_offer(base, mode, cap, budget)
     local stats = base .. ':stats'
     if added > 0 then redis.call('HINCRBY', stats, 'enqueued', added) end
     if dups > 0 then redis.call('HINCRBY', stats, 'duplicates', dups) end
-    if capped > 0 then redis.call('HINCRBY', stats, 'capped', capped) end
+    if spilled > 0 then redis.call('HINCRBY', stats, 'spilled', spilled) end
     if over > 0 then redis.call('HINCRBY', stats, 'over_budget', over) end
     if excluded > 0 then redis.call('HINCRBY', stats, 'excluded', excluded) end
-    return {added, dups, capped, over, excluded}
+    return {added, dups, spilled, over, excluded}
   end
   return self
 end

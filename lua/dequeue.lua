@@ -271,28 +271,29 @@ end
 
 -- === a domain's queue ===
 
--- the request at the head of a domain's queue, taken off it
-local function pop(domain)
+-- The request at the head of a domain's queue: its priority and entry,
+-- taken off it (<take>) or left there; nil when the queue is empty, or
+-- 'wait' when its head waits for a block a worker unpacks (_lib.lua's
+-- tier_refill: the domain comes back when it is done, tier_done.lua).
+local function head_of(domain, take)
   local qp = base .. ':qp:' .. domain
   while true do
     local top = redis.call('ZRANGE', qp, 0, 0)
     if #top == 0 then return nil end
-    local q = base .. ':q:' .. domain .. ':' .. top[1]
-    local entry = redis.call('LPOP', q)
-    if redis.call('EXISTS', q) == 0 then redis.call('ZREM', qp, top[1]) end
-    if entry then return top[1], entry end
-  end
-end
-
--- the request at the head of a domain's queue, left there
-local function peek(domain)
-  local qp = base .. ':qp:' .. domain
-  while true do
-    local top = redis.call('ZRANGE', qp, 0, 0)
-    if #top == 0 then return nil end
-    local entry = redis.call('LINDEX', base .. ':q:' .. domain .. ':' .. top[1], 0)
-    if entry then return top[1], entry end
-    redis.call('ZREM', qp, top[1])
+    local prio = top[1]
+    local q, z, s = tier_keys(base, domain, prio)
+    local entry
+    if take then entry = redis.call('LPOP', q) else entry = redis.call('LINDEX', q, 0) end
+    local left = redis.call('LLEN', q)
+    if tier_refill(base, domain, prio, left, now) then
+      if not entry then return 'wait' end
+    end
+    if entry then return prio, entry end
+    if redis.call('EXISTS', q, z, s) == 0 then
+      redis.call('ZREM', qp, prio)
+    elseif redis.call('LLEN', q) == 0 then
+      return 'wait'  -- the spill was moved up: not here (the refill ran); a block is next
+    end
   end
 end
 
@@ -517,10 +518,7 @@ end
 local function drop_excluded(domain, dkey)
   if redis.call('SISMEMBER', base .. ':excluded', domain) == 0 then return false end
   local dropped = tonumber(redis.call('HGET', dkey, 'n') or '0') or 0
-  for _, prio in ipairs(redis.call('ZRANGE', base .. ':qp:' .. domain, 0, -1)) do
-    redis.call('DEL', base .. ':q:' .. domain .. ':' .. prio)
-  end
-  redis.call('DEL', base .. ':qp:' .. domain)
+  tier_drop(base, domain)
   redis.call('HSET', dkey, 'n', 0)
   redis.call('ZREM', ready, domain)
   redis.call('HINCRBY', stats, 'queued', -dropped)
@@ -706,6 +704,14 @@ function NO_REVISITS.taken() end
 function NO_REVISITS.requeued() end
 function NO_REVISITS.finish() end
 
+-- its head waits for a block a worker unpacks: out of base:ready until the
+-- block is in (tier_done.lua puts it back)
+local function starved(domain)
+  redis.call('ZREM', ready, domain)
+  redis.call('HSET', base .. ':dom:' .. domain, 'tw', 1)
+  redis.call('HINCRBY', stats, 'tier_waits', 1)
+end
+
 -- a due domain's turn: its token bucket, its delay (a fence's hold first),
 -- and per address its address's turn. Each request it gives is a due
 -- revisit or its queue's head, picked by the credit rule (new_revisits).
@@ -740,14 +746,16 @@ local function serve(domain, dkey)
     if kind == 'v' then
       prio, entry = '0', rv.entry()
     elseif gated then
-      prio, entry = peek(domain)
+      prio, entry = head_of(domain, false)
     end
+    if prio == 'wait' then waits = true; starved(domain); break end
     local address, shared = '', false
     if gated and entry then
       address, shared = route_apply(domain, entry, route(domain, entry))
       if address == nil then waits = true; break end
     end
-    if kind == 'q' then prio, entry = pop(domain) end
+    if kind == 'q' then prio, entry = head_of(domain, true) end
+    if prio == 'wait' then waits = true; starved(domain); break end
     if prio == nil then
       n = 0  -- its queue was empty after all: the other kind, if it waits
     else

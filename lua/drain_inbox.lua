@@ -5,14 +5,14 @@
 -- atomically: popped, deduplicated and queued in one call, so nothing is
 -- lost and nothing is doubled.
 -- KEYS[1]  base key of the frontier
--- ARGV[1]  dedup mode;  ARGV[2]  per-domain cap;  ARGV[3]  per-domain budget
--- ARGV[4]  maximum number of records to move
+-- ARGV[1]  dedup mode;  ARGV[2]  per-domain budget
+-- ARGV[3]  maximum number of records to move
 -- A record is "<a>\n<b>\n<domain>\n<priority>\n<entry>" (see enqueue.lua for a, b).
--- Returns {moved, added, duplicates, capped, over_budget, excluded}
+-- Returns {moved, added, duplicates, spilled, over_budget, excluded}
 local base = KEYS[1]
-local records = redis.call('LPOP', base .. ':inbox', tonumber(ARGV[4]))
+local records = redis.call('LPOP', base .. ':inbox', tonumber(ARGV[3]))
 if not records then return {0, 0, 0, 0, 0, 0} end
-local offer = new_offer(base, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+local offer = new_offer(base, ARGV[1], tonumber(ARGV[2]))
 for _, rec in ipairs(records) do
   local i = string.find(rec, '\n', 1, true)
   local j = string.find(rec, '\n', i + 1, true)

@@ -1,31 +1,32 @@
 #!lua
 -- flagged: when Redis is out of memory it refuses the whole call up front,
 -- never half of it.
--- enqueue: dedup, cap and push a batch of requests in one call; ack leases,
+-- enqueue: dedup and push a batch of requests in one call; ack leases,
 -- the fetch history's writes riding on them first (_recrawl.lua).
 -- KEYS[1]  base key of the frontier
 -- KEYS[2]  its address space (optional: see _lib.lua's IPB; acknowledgements free addresses)
 -- ARGV[1]  dedup mode: "exact" | "bloom" | "none"
--- ARGV[2]  per-domain cap on queued requests (0: no cap)
--- ARGV[3]  per-domain budget: requests ever admitted (0: no budget)
--- ARGV[4]  number of lease ids to acknowledge, then the ids
+-- ARGV[2]  per-domain budget: requests ever admitted (0: no budget)
+-- ARGV[3]  number of lease ids to acknowledge, then the ids
 -- then     number of history writes, then 11 values each (_recrawl.lua
 --          read_writes), applied before the acknowledgements
 -- then per request, 6 values: a, b, domain, priority, entry, filter ("1" dedup, "0" dont_filter)
 --   exact: a = bucket, b = 64-bit digest slice as a decimal integer
 --   bloom: a, b = two 32-bit hashes of the digest (double hashing)
--- Returns {added, duplicates, capped, acked, over_budget, excluded, unseen, untracked}:
---   unseen lists the 1-based places of the requests to dedup ("1") that were
---   not marked seen (capped, over budget or excluded); untracked counts the
+-- Returns {added, duplicates, spilled, acked, over_budget, excluded, unseen, untracked}:
+--   spilled counts the added requests queued past their domain's head (the
+--   compact tier: _lib.lua's push()); unseen lists the 1-based places of the
+--   requests to dedup ("1") that were not marked seen (over budget or
+--   excluded); untracked counts the
 --   history creates a recrawl cap refused
 local base = KEYS[1]
-local acks, i = read_list(4)
+local acks, i = read_list(3)
 local writes
 writes, i = recrawl.read_writes(i)
 local now = now_ms()
 local untracked = recrawl.history_write(base, writes, now)
 local acked = ack_all(base, acks, now)
-local offer = new_offer(base, ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+local offer = new_offer(base, ARGV[1], tonumber(ARGV[2]))
 local unseen, n = {}, 0
 while i + 5 <= #ARGV do
   n = n + 1

@@ -354,3 +354,29 @@ def test_a_recrawl_on_the_cluster(cluster: RedisClusterServers, make_web) -> Non
     keys = list(client.scan_iter(match="clusterrecrawl:*"))
     assert any(b":hist:" in k for k in keys) and any(b":due:" in k for k in keys)
     assert len({key_slot(k) for k in keys}) == 1
+
+
+def test_the_compact_tier_on_the_cluster(cluster: RedisClusterServers) -> None:
+    """Blocks, spills and jobs live in the frontier's slot; a domain past its head is served in order."""
+    client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    frontier = Frontier(client, Keys("crawler", "ctier", 2), politeness=Politeness(delay=0), domain_cap=2, block=4)
+    frontier.open()
+    sent = {f"d{d}.test": [f"U0 https://d{d}.test/p{i}".encode() for i in range(25)] for d in range(3)}
+    items = [Item(sha256(e).digest(), d, 0, e) for d, es in sent.items() for e in es]
+    assert frontier.add(items).spilled == 69
+    keys = set(client.scan_iter(match=frontier.keys.pattern()))  # the jobs wait
+    assert frontier.tiers.run().packed == 60
+    assert all(client.llen(frontier.keys.key("z", d, "0")) == 5 for d in sent)
+    keys |= set(client.scan_iter(match=frontier.keys.pattern()))  # the blocks are in
+    assert any(b":z:" in k for k in keys) and any(b":tiers" in k for k in keys)
+    assert len({key_slot(k) for k in keys}) == 1
+    got: list[bytes] = []
+    for _ in range(200):
+        taken = frontier.take(50)
+        got += [x.entry for x in taken.items]
+        frontier.add([], acks=[x.lease for x in taken.items])
+        if not taken.items and not frontier.tiers.run().jobs and len(got) == 75:
+            break
+    for d, es in sent.items():
+        assert [e for e in got if e.split(b"/")[2].decode() == d] == es
+    frontier.clear()

@@ -109,14 +109,19 @@ def test_priority_first_then_fifo(redis_client: redis.Redis) -> None:
     assert order == [b"high1", b"high2", b"mid1", b"mid2", b"low1", b"low2"]
 
 
-def test_per_domain_cap_drops_counts_and_forgets(redis_client: redis.Redis) -> None:
+def test_past_the_queue_cap_urls_are_spilled_marked_seen_and_kept(redis_client: redis.Redis) -> None:
     f = make(redis_client, domain_cap=3)
     result = f.add([item(f"hot{i}", "hot.test") for i in range(10)] + [item("cold", "cold.test")])
-    assert (result.added, result.capped) == (4, 7)
-    assert int(redis_client.hget("crawler:{t:0}:stats", "capped")) == 7
-    drain(f)
-    # capped URLs were not marked seen: offered again, they are taken
-    assert f.add([item(f"hot{i}", "hot.test") for i in range(3, 6)]).added == 3
+    assert (result.added, result.spilled) == (11, 7)
+    assert int(redis_client.hget("crawler:{t:0}:stats", "spilled")) == 7
+    assert redis_client.hget("crawler:{t:0}:stats", "capped") is None
+    # spilled URLs are admitted: offered again, they are duplicates
+    assert f.add([item(f"hot{i}", "hot.test") for i in range(3, 6)]).duplicates == 3
+    got = []
+    while len(got) < 11:
+        got += drain(f)
+        f.tiers.run()
+    assert sorted(got) == sorted([f"hot{i}".encode() for i in range(10)] + [b"cold"])
 
 
 def test_one_domain_cannot_starve_the_others(redis_client: redis.Redis) -> None:
@@ -397,18 +402,18 @@ def test_script_errors_name_their_own_file_and_line(redis_client: redis.Redis, c
 
 
 def test_enqueue_names_what_it_did_not_mark_seen(redis_client: redis.Redis) -> None:
-    f = make(redis_client, domain_cap=2)
+    f = make(redis_client, domain_budget=2)
     redis_client.sadd(f.keys.excluded, "gone.test")
     result = f.add([item("hot0", "hot.test"), item("hot1", "hot.test"), item("hot2", "hot.test"),
                     item("old", "gone.test"), item("cold", "cold.test"), item("cold", "cold.test"),
                     item("forced", "cold.test", dont_filter=True)])
-    # the third hot URL is capped, gone.test is excluded; the duplicate is seen,
-    # and a dont_filter request is never a question of seen
+    # the third hot URL is over budget, gone.test is excluded; the duplicate is
+    # seen, and a dont_filter request is never a question of seen
     assert result.unseen == (3, 4)
 
 
 def test_links_marked_seen_are_not_sent_again(redis_client: redis.Redis) -> None:
-    f = make(redis_client, domain_cap=3)
+    f = make(redis_client, domain_budget=3)
     recent = Recent(1000)
     writes = WriteBuffer(f, Outbox(Settings(), redis_client, None, "t", None), None, 100, 1.0, lambda: None,  # type: ignore[arg-type]
                          recent=recent)
@@ -416,7 +421,7 @@ def test_links_marked_seen_are_not_sent_again(redis_client: redis.Redis) -> None
     for offered in [*hot, item("cold", "cold.test"), item("forced", "cold.test", dont_filter=True)]:
         writes.add(offered)
     assert writes.flush() is not None
-    # capped URLs are not remembered: offered again once there is room, they are taken
+    # URLs over budget are not remembered: offered again once it is raised, they are taken
     assert [x.digest in recent for x in hot] == [True, True, True, False, False]
     assert item("cold").digest in recent and item("forced").digest not in recent
 

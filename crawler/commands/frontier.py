@@ -69,7 +69,13 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "dedup": mode,
         "seen": counters.get("enqueued", 0),
         "bloom_error_rate": frontier.bloom_error_rate() if mode == "bloom" else None,
-        "capped": counters.get("capped", 0),
+        # the compact tier: queued = head + spill + compact (docs/frontier.md)
+        "tiers": {"head": status["queued"] - status["compact"] - status["spill"], "spill": status["spill"],
+                  "compact": status["compact"], "compact_bytes": status["compact_bytes"],
+                  "packed": counters.get("tier_packed", 0), "unpacked": counters.get("tier_unpacked", 0),
+                  "moved": counters.get("tier_moved", 0), "waits": counters.get("tier_waits", 0),
+                  "refused": counters.get("tier_refused", 0),
+                  "bytes_per_queued": round(memory["used_memory"] / status["queued"], 1) if status["queued"] else None},
         "redis_used_memory": memory["used_memory"],
         "redis_maxmemory": memory.get("maxmemory", 0),
         "redis_out_of_memory": bool(memory.get("maxmemory")) and memory["used_memory"] >= memory["maxmemory"],
@@ -85,6 +91,14 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "sitemaps": {k[len("sitemaps_"):]: v for k, v in sorted(counters.items()) if k.startswith("sitemaps_")},
         "counters": counters,
     }
+
+
+def _tiers_line(t: dict[str, Any]) -> str:
+    per = "" if t["bytes_per_queued"] is None else f"; Redis {t['bytes_per_queued']:.0f} B per queued request"
+    return (f"  tiers         head {t['head']}, spill {t['spill']}, compact {t['compact']} in "
+            f"{t['compact_bytes'] / 2**20:.1f} MiB; {t['packed']} packed, {t['unpacked']} unpacked, "
+            f"{t['moved']} moved up, {t['waits']} heads waited for a block{per}"
+            + (f"; {t['refused']} fills REFUSED (a block that does not read)" if t["refused"] else ""))
 
 
 def text(r: dict[str, Any]) -> str:
@@ -105,7 +119,8 @@ def text(r: dict[str, Any]) -> str:
         f"postponed while their robots.txt was unreachable (they wait in 'delayed')",
         f"  politeness    rate-limiter denials {r['denials_share']:.1%} of dequeue attempts, "
         f"{r['stale_locks']} stale locks",
-        f"  dedup         {r['dedup']}, {r['seen']} URLs seen, {r['capped']} dropped at the domain cap{bloom}",
+        f"  dedup         {r['dedup']}, {r['seen']} URLs seen{bloom}",
+        _tiers_line(r["tiers"]),
         f"  redis memory  {r['redis_used_memory'] / 2**20:.1f} MiB"
         + (f" of {r['redis_maxmemory'] / 2**20:.1f} MiB" if r["redis_maxmemory"] else "")
         + (f" -- OUT OF MEMORY: new URLs are dropped ({r['oom_dropped']} so far)"

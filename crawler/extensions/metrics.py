@@ -78,7 +78,11 @@ COUNTERS: dict[str, tuple[str, Any]] = {
     "crawler_urls_enqueued": ("URLs admitted into the frontier", "crawler/frontier/enqueued"),
     "crawler_urls_duplicate": ("URLs refused as already seen (in Redis, or known in the process)",
                                frontier_duplicates),
-    "crawler_urls_capped": ("URLs dropped at a domain's queue cap", "crawler/frontier/capped"),
+    "crawler_urls_spilled": ("URLs admitted past their domain's head, into the compact tier (kept, never dropped)",
+                             "crawler/frontier/spilled"),
+    "crawler_tier_packed": ("Requests packed into compact-tier blocks by this process", "crawler/frontier/tier/packed"),
+    "crawler_tier_unpacked": ("Requests unpacked from compact-tier blocks into heads by this process",
+                              "crawler/frontier/tier/unpacked"),
     "crawler_links_found": ("Links extracted from pages", "crawler/links/found"),
     "crawler_links_forwarded": ("Links forwarded to other shards", "crawler/forward/sent"),
     "crawler_retries": ("Retries scheduled by the backoff middleware", "crawler/backoff/retries"),
@@ -106,6 +110,9 @@ FRONTIER_GAUGES: dict[str, str] = {
     "domains_due": "Domains due now (exported by one process per frontier)",
     "leases": "Requests leased by any worker (exported by one process per frontier)",
     "delayed": "Requests waiting in the delayed set (exported by one process per frontier)",
+    "compact": "Requests kept compressed in the compact tier (exported by one process per frontier)",
+    "spill": "Requests past a head waiting uncompressed to be packed (exported by one process per frontier)",
+    "compact_bytes": "Bytes of the compact tier's blocks (exported by one process per frontier)",
 }
 
 #: per-address politeness (CRAWLER_IP_DELAY), from ``Frontier.addresses_status``

@@ -53,6 +53,7 @@ from crawler.store.records import (
     wire_writes,
 )
 from crawler.store.stores import DomainLocks, RobotsStore
+from crawler.store.tiers import CompactTier
 from crawler.store.views import FrontierViews
 
 __all__ = ["DEDUP_MODES", "Acknowledgement", "AddResult", "AddressPoliteness", "Dedup", "Frontier",
@@ -93,6 +94,7 @@ class Frontier(FrontierViews):
         overrides: dict[str, dict[str, float]] | None = None,
         domain_cap: int = 0,
         domain_budget: int = 0,
+        block: int = 128,
         lease_seconds: float = 180.0,
         addresses: AddressPoliteness | None = None,
         shards: int = 1,
@@ -115,7 +117,8 @@ class Frontier(FrontierViews):
         self.dedup = dedup or Dedup()
         self.politeness = politeness or Politeness()
         self.overrides = overrides or {}
-        self.domain_cap = domain_cap
+        self.domain_cap = domain_cap  # the head of a domain's queue (0: no compact tier)
+        self.block = block
         self.domain_budget = domain_budget
         self.lease_ms = int(lease_seconds * 1000)
         # written into :meta by open(); None: the stored settings are left as they are
@@ -124,6 +127,7 @@ class Frontier(FrontierViews):
         self.scripts = Scripts(client, clock.script_key)
         self.locks = DomainLocks(client, keys, self.scripts)
         self.robots = RobotsStore(client, keys, self.scripts)
+        self.tiers = CompactTier(self.scripts, keys, block)
         self.epoch = Epoch(clock=clock)  # set by open(); checked by take() (``epoch.py``)
         self._epoch_script = LuaScript(client, "epoch", False, clock.script_key)  # no flags: any Redis version
 
@@ -185,6 +189,8 @@ class Frontier(FrontierViews):
         pipe.hset(meta, mapping={"ip_delay": _ms(a.delay * spread), "ip_shared_delay": _ms(a.shared_delay * spread),
                                  "ip_shared_cap": a.shared_cap, "ip_shared_min": a.shared_min,
                                  "dns_ttl": _ms(a.ttl), "dns_nx": a.nx_retries, "dns_claim": _ms(a.claim)})
+        # the compact tier (crawler/store/tiers.py): the head of a domain's queue, the records of a block
+        pipe.hset(meta, mapping={"head": self.domain_cap, "block": self.block})
         r = self.recrawl
         if r is not None:  # design/recrawl.md E: ms where the scripts count ms
             pipe.hset(meta, mapping={"recrawl": r.mode, "rv_min": _ms(r.min), "rv_max": _ms(r.max),
@@ -200,14 +206,14 @@ class Frontier(FrontierViews):
 
     def add(self, items: Sequence[Item], acks: Iterable[str | Acknowledgement] = ()) -> AddResult:
         acks = list(acks)
-        args: list[Any] = [self.dedup.mode, self.domain_cap, self.domain_budget,
+        args: list[Any] = [self.dedup.mode, self.domain_budget,
                            *wire_acks(acks, self.clock.monotonic()), *wire_writes(acks)]
         for item in items:
             a, b = self.dedup.args(item.digest)
             args += (a, b, item.domain, item.priority, item.entry, "0" if item.dont_filter else "1")
         # the reply's 8th slot (history creates refused by a cap) is counted in :stats rv_untracked
-        added, dups, capped, acked, over, excluded, unseen = self.scripts.enqueue(keys=self.script_keys, args=args)[:7]
-        return AddResult(added, dups, capped, acked, over, excluded, tuple(unseen))
+        added, dups, spilled, acked, over, excluded, unseen = self.scripts.enqueue(keys=self.script_keys, args=args)[:7]
+        return AddResult(added, dups, spilled, acked, over, excluded, tuple(unseen))
 
     def hint(self, hints: Sequence[Hint]) -> HintResult:
         """Sitemap ``<lastmod>`` hints for tracked URLs (``recrawl_hint.lua``):
@@ -223,9 +229,9 @@ class Frontier(FrontierViews):
 
     def drain_inbox(self, n: int = 1000) -> tuple[int, AddResult]:
         """Move up to ``n`` requests forwarded by other shards into this frontier."""
-        moved, added, dups, capped, over, excluded = self.scripts.drain_inbox(
-            keys=[self.keys.base], args=[self.dedup.mode, self.domain_cap, self.domain_budget, n])
-        return int(moved), AddResult(added, dups, capped, 0, over, excluded)
+        moved, added, dups, spilled, over, excluded = self.scripts.drain_inbox(
+            keys=[self.keys.base], args=[self.dedup.mode, self.domain_budget, n])
+        return int(moved), AddResult(added, dups, spilled, 0, over, excluded)
 
     def take(self, n: int, acks: Iterable[str | Acknowledgement] = (), call: str = "", previous: str = "") -> TakeResult:
         """Lease up to ``n`` requests of due domains, acknowledging ``acks``:

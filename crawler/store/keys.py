@@ -13,11 +13,22 @@ key (after the base)      type    holds
 ========================  ======  =============================================
 ``:ready``                zset    domain -> ms it may next be fetched; only
                                   domains with queued requests
-``:dom:<d>``              hash    ``n`` queued, ``next`` ms, ``tokens``/``ts``
-                                  (token bucket), ``busy`` (lease out while a
-                                  delay applies: the domain is parked)
+``:dom:<d>``              hash    ``n`` queued (every tier), ``next`` ms,
+                                  ``tokens``/``ts`` (token bucket), ``busy``
+                                  (lease out while a delay applies: the domain
+                                  is parked), ``so:<p>``/``zo:<p>`` records
+                                  off the spill's front / blocks off z's front,
+                                  ``tw`` (its head waits for a block)
 ``:qp:<d>``               zset    priorities queued for ``<d>``, score -priority
-``:q:<d>:<p>``            list    records of ``<d>`` at priority ``<p>``, FIFO
+``:q:<d>:<p>``            list    the head: records of ``<d>`` at priority
+                                  ``<p>``, FIFO, the ones dequeue pops
+``:z:<d>:<p>``            list    the compact tier: blocks of records,
+                                  ``"<count>\\n<zlib>"``, oldest first
+                                  (``crawler/store/tiers.py``)
+``:s:<d>:<p>``            list    the spill: records after the blocks, FIFO
+``:tiers``                zset    ``"<p|f>\\n<d>\\n<p>"`` -> ms: the compact
+                                  tier's jobs (pack a spill, fill a head) and
+                                  their claims
 ``:leases``               zset    lease id -> deadline ms
 ``:lease``                hash    lease id -> record
 ``:call:<id>``            string  a dequeue reply kept for a retry of that call
@@ -351,7 +362,8 @@ def supports_flags(client: redis.Redis) -> bool:
 
 class Scripts:
     NAMES = ("enqueue", "dequeue", "delay", "push_domain", "release", "bloom_init", "lock", "unlock",
-             "drain_inbox", "robots_get", "robots_done", "dns_done", "clear", "recrawl_hint")
+             "drain_inbox", "robots_get", "robots_done", "dns_done", "clear", "recrawl_hint", "tier_take",
+             "tier_done")
 
     def __init__(self, client: redis.Redis, clock_key: str | None = None) -> None:
         flags = supports_flags(client)
@@ -372,3 +384,5 @@ class Scripts:
     robots_done: LuaScript
     dns_done: LuaScript
     clear: LuaScript
+    tier_take: LuaScript
+    tier_done: LuaScript

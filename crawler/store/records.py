@@ -152,7 +152,7 @@ class Leased:
 class AddResult:
     added: int = 0
     duplicates: int = 0
-    capped: int = 0
+    spilled: int = 0  # added past their domain's head, to the compact tier (never dropped)
     acked: int = 0
     over_budget: int = 0
     excluded: int = 0

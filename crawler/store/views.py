@@ -91,6 +91,10 @@ class FrontierViews:
             "leases": leases,
             "leases_expired": expired,
             "delayed": delayed,
+            # the compact tier (crawler/store/tiers.py): requests in blocks and their bytes, in spills
+            "compact": stats.get("compact", 0),
+            "compact_bytes": stats.get("compact_bytes", 0),
+            "spill": stats.get("spill", 0),
             "counters": stats,
         }
 

@@ -205,7 +205,7 @@ class WriteBuffer:
     def count(self, result: AddResult) -> None:
         inc(self.stats, "crawler/frontier/enqueued", result.added)
         inc(self.stats, "crawler/frontier/duplicates", result.duplicates)
-        inc(self.stats, "crawler/frontier/capped", result.capped)
+        inc(self.stats, "crawler/frontier/spilled", result.spilled)
         inc(self.stats, "crawler/frontier/over_budget", result.over_budget)
         inc(self.stats, "crawler/frontier/excluded", result.excluded)
 

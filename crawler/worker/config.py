@@ -51,6 +51,8 @@ class FrontierSettings:
     addresses: AddressPoliteness
     overrides: dict[str, dict[str, float]]
     domain_cap: int
+    #: records per block of the compact tier (``crawler/store/tiers.py``)
+    block: int
     domain_budget: int
     forward: bool
     shard_urls: dict[int, str]
@@ -76,7 +78,7 @@ class FrontierSettings:
     def frontier(self, client: redis.Redis, keys: Keys, clock: Clock = SYSTEM, shards: int = 1) -> Frontier:
         """The frontier at ``keys`` (one of ``shards``) as these settings describe it."""
         return Frontier(client, keys, dedup=self.dedup, politeness=self.politeness, overrides=self.overrides,
-                        domain_cap=self.domain_cap, domain_budget=self.domain_budget,
+                        domain_cap=self.domain_cap, domain_budget=self.domain_budget, block=self.block,
                         lease_seconds=self.lease_seconds, addresses=self.addresses, shards=shards, clock=clock,
                         recrawl=self.recrawl)
 
@@ -126,6 +128,7 @@ class FrontierSettings:
             ),
             overrides=_overrides(settings),
             domain_cap=setting(settings, "CRAWLER_DOMAIN_QUEUE_CAP"),
+            block=setting(settings, "CRAWLER_FRONTIER_BLOCK"),
             domain_budget=setting(settings, "CRAWLER_DOMAIN_BUDGET"),
             forward=setting(settings, "CRAWLER_FORWARD_LINKS"),
             shard_urls={int(k): str(v) for k, v in setting(settings, "CRAWLER_SHARD_REDIS_URLS").items()},

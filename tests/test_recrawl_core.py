@@ -369,8 +369,8 @@ def test_min_and_max_are_never_crossed() -> None:
 
 def test_adaptive_interval_follows_the_rule() -> None:
     low, high = 3600, 30 * 86_400
-    quiet = History(entry=ENTRIES[0], iv=86_400, n=3, tu=3 * 86_400)  # never seen changing
-    assert estimate.adaptive_interval(quiet, low, high, mu=1000.0) == 2 * 86_400  # toward MAX, ×2 a visit
+    quiet = History(entry=ENTRIES[0], iv=86_400, n=120, tu=120 * 86_400)  # never seen changing in 120 days
+    assert estimate.adaptive_interval(quiet, low, high, mu=1e5) == 2 * 86_400  # toward MAX, ×2 a visit
     pinned = replace(quiet, pinned=True, iv=7 * 3600)
     assert estimate.adaptive_interval(pinned, low, high, mu=1000.0) == 7 * 3600
     busy = History(entry=ENTRIES[0], iv=86_400, n=10, changes=10, bins=(0,) * 5 + (10,) + (0,) * 10)
@@ -389,3 +389,86 @@ def test_the_bins_follow_the_crawls_min() -> None:
     cho = -math.log((n - changed + 0.5) / (n + 0.5)) / 30
     assert estimate.rate_of(h, pseudo=30, base=30) == pytest.approx(cho, rel=1e-9)
     assert estimate.rate_of(h, pseudo=30) < cho / 10  # read at the wrong base
+
+
+# --- the posterior: what a few visits say -------------------------------------------------------
+
+
+def test_a_page_not_yet_seen_changing_is_not_sent_to_max() -> None:
+    """Two unchanged visits a minute apart do not prove a page never
+    changes: the maximum-likelihood rate is 0, whose optimum is MAX (the
+    step guard alone held it to ×2 a visit); the posterior still weighs the
+    rates a minute cannot rule out, and its interval stays short."""
+    low, high, mu = 6, 7200, 3.0
+    h = History(entry=ENTRIES[0], iv=60, n=2, tu=120)
+    assert estimate.rate_of(h, base=low) == 0
+    assert estimate.optimal_interval(estimate.rate_of(h, base=low), mu, low, high) == high
+    got = estimate.adaptive_interval(h, low, high, mu)
+    assert low <= got < 2 * 60
+    longer = replace(h, n=40, tu=40 * 60, iv=got)  # forty quiet minutes say more
+    assert estimate.adaptive_interval(longer, low, high, mu) > got
+
+
+def test_a_certain_rate_gets_the_optimum() -> None:
+    """All the weight on one rate: the expected interval is the optimum's,
+    the expected target's is the target's."""
+    low, high = 6.0, 7200.0
+    for r in (1e-4, 1e-3, 1e-2, 0.05):
+        for mu in (1.0, 10.0, 100.0):
+            assert estimate.expected_interval([1.0], [r], mu, low, high) == pytest.approx(
+                estimate.optimal_interval(r, mu, low, high), rel=1e-6)
+        assert estimate.expected_target_interval([1.0], [r], 0.9, low, high) == pytest.approx(
+            estimate.target_interval(r, 0.9, low, high), rel=1e-6)
+    assert estimate.expected_interval([0.5, 0.5], [1e-3, 1e-2], math.inf, low, high) == high
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        estimate.expected_target_interval([1.0], [1e-3], 1.0, low, high)
+
+
+def test_the_expected_interval_rises_with_mu() -> None:
+    """μ is the price of a visit: the dearer, the longer every interval
+    (never outside [low, high]); and a wider posterior over the same mean
+    is never visited more often than the rate it averages."""
+    rng = random.Random(49)
+    low, high = 6.0, 7200.0
+    rates = [estimate.rate_bin_centre(i, low, high) for i in range(estimate.RATE_BINS)]
+    for _ in range(200):
+        weights = [rng.random() ** 4 for _ in rates]
+        total = sum(weights)
+        weights = [w / total for w in weights]
+        previous = 0.0
+        for mu in (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0):
+            got = estimate.expected_interval(weights, rates, mu, low, high)
+            assert low <= got <= high and got >= previous * (1 - 1e-9)
+            previous = got
+        mean = sum(w * r for w, r in zip(weights, rates))
+        assert estimate.expected_interval(weights, rates, 10.0, low, high) >= (
+            estimate.optimal_interval(mean, 10.0, low, high) * (1 - 1e-6))
+
+
+def test_the_posterior_narrows_around_the_estimate() -> None:
+    """Many regular visits: the posterior's median bin is the maximum-
+    likelihood rate's (within a bin), and the page's interval the optimum's
+    for that rate within a quarter."""
+    low, high, mu = 60, 30 * 86_400, 3000.0
+    h = History(entry=ENTRIES[0], iv=3600)
+    for i in range(200):
+        h = record.observe(h, 3600, i % 5 < 2, base=low)  # 2 changes in 5 hourly visits, halved as bins fill
+    mle = estimate.rate_of(h, base=low)
+    assert abs(estimate.rate_bin_of(h, low, high) - estimate.rate_bin(mle, low, high)) <= 1
+    weights = estimate.posterior(h, low, high)
+    assert sum(weights) == pytest.approx(1.0) and max(weights) > 0.3
+    rates = [estimate.rate_bin_centre(i, low, high) for i in range(estimate.RATE_BINS)]
+    assert estimate.expected_interval(weights, rates, mu, low, high) == pytest.approx(
+        estimate.optimal_interval(mle, mu, low, high), rel=0.25)
+
+
+def test_the_rate_bin_of_a_record_is_its_posteriors_median() -> None:
+    low, high = 6, 7200
+    fresh = History(entry=ENTRIES[0], iv=60)
+    assert estimate.rate_bin_of(fresh, low, high) == (estimate.RATE_BINS - 1) // 2  # the prior's median
+    busy = fresh
+    for _ in range(10):
+        busy = record.observe(busy, low, True, base=low)  # changed at every visit, MIN apart
+    assert estimate.rate_bin_of(busy, low, high) >= estimate.RATE_BINS - 3
+    still = replace(fresh, n=100, tu=100 * high)  # unchanged for a hundred MAX
+    assert estimate.rate_bin_of(still, low, high) == 0

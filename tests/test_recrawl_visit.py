@@ -13,6 +13,7 @@ from scrapy import Request
 from crawler.identity import Fingerprinter
 from crawler.meta import NOT_MODIFIED as NOT_MODIFIED_KEY
 from crawler.meta import RECRAWL, RECRAWL_SEEN, RECRAWL_STATE
+from crawler.recrawl.estimate import RATE_BINS
 from crawler.recrawl.record import History, Refers, key_of, pack, unpack
 from crawler.worker.visit import GONE, UNTRACKED, USER, Rules, final_end, history_write, judge
 from crawler.store.ledger import DEAD, DISALLOWED, NOT_MODIFIED, REDIRECTED, SKIPPED, STORED
@@ -254,7 +255,7 @@ def test_adaptive_follows_the_domains_mu() -> None:
 
 def test_rate_bins_move_with_the_estimate() -> None:
     write = first(seen())
-    assert write is not None and write.rbin_new == 0  # no change seen yet
+    assert write is not None and write.rbin_new == (RATE_BINS - 1) // 2  # no visit yet: the prior's median
     bins = tuple(10 if b == 2 else 0 for b in range(16))
     old = record(iv=4 * HOUR, bins=bins, changes=10, n=12, tu=8 * HOUR)
     again = revisit(old, seen(body="v2"), rules=ADAPTIVE)

@@ -20,10 +20,29 @@ grows, so μ is found by bisection on log μ until the visits fit the budget.
 The intervals are clamped to [MIN, MAX] inside that sum, so μ is the
 optimum of the clamped problem.
 
-**The interval rule.** A page's next interval is the optimum's (or, with no
-budget, the one whose F is the freshness target), kept within half and
-twice the previous interval (the step guard), then within [MIN, MAX], which
-is never crossed.
+**What a page's visits say about its rate** (:func:`posterior`). The
+maximum-likelihood rate (:func:`rate`) is what a page's history says at
+best, but after a few visits it is a poor guide to a schedule: a page not
+yet seen changing reads 0 (so the optimum's interval is MAX), and one seen
+changing at its first visit reads one change per interval whatever its real
+pace. The schedule therefore reads the history as a **posterior** over the
+:data:`RATE_BINS` rates a crawl can tell apart (the rate bins' centres, from
+1/(:data:`SLOW` × MAX) to 1/MIN), from a prior that gives each bin the same
+weight (log-uniform in the rate: no scale is favoured) and the history's
+likelihood, ``Π (1 - e^(-r t_b))^(c_b) × e^(-r tu)``. A page with many
+visits has a narrow posterior around its maximum-likelihood rate; a page
+with few has a wide one, and its interval weighs every rate it may have.
+
+**The interval rule.** A page's next interval is the one that maximises its
+expected freshness under the posterior less μ per visit,
+``Σ_b w_b g(r_b I) / r_b = μ`` (:func:`expected_interval`: the optimum's
+condition taken in expectation), or, with no budget, the one whose
+expected F is the freshness target (:func:`expected_target_interval`),
+kept within half and twice the previous interval (the step guard), then
+within [MIN, MAX], which is never crossed. A page is counted in the rate bin
+that holds the median of its posterior (:func:`rate_bin_of`), so that the
+domain's μ is solved on what the pages' visits say, a page with no change
+seen included.
 
 ``bench/_recrawl_model.py`` is the model this is checked against.
 """
@@ -32,7 +51,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 
 from crawler.recrawl.record import BIN_BASE, History, bin_centre
@@ -46,6 +65,11 @@ RATE_BINS = 24
 #: 1/MAX misjudges the visits they take
 SLOW = 16
 _MU_STEPS = 60
+#: bisection steps on log I for a page's interval (a relative error of about
+#: log(MAX/MIN) / 2^32)
+_INTERVAL_STEPS = 32
+#: posterior weights below this are left out of a page's interval
+_NEGLIGIBLE = 1e-12
 
 
 def freshness(rate: float, interval: float) -> float:
@@ -264,15 +288,95 @@ def next_interval(previous: int, proposed: float, low: int, high: int) -> int:
     return round(min(max(proposed, low), high))
 
 
+def posterior(history: History, low: float, high: float) -> list[float]:
+    """The weights of a page's change rate over the :data:`RATE_BINS` rate
+    bins' centres (:func:`rate_bin_centre`, ``low`` and ``high`` the interval
+    clamps MIN and MAX), adding up to 1: a prior of equal weights times the
+    likelihood of the record's counts (its changed intervals at their bins'
+    centres, read at base ``low`` as they were counted, and ``tu``
+    unchanged). A record with no visit has the prior's."""
+    rates = [rate_bin_centre(i, low, high) for i in range(RATE_BINS)]
+    terms = [(bin_centre(b, low), c) for b, c in enumerate(history.bins) if c > 0]
+    logs = []
+    for r in rates:
+        value = -r * history.tu
+        for t, c in terms:
+            value += c * math.log(-math.expm1(-r * t))
+        logs.append(value)
+    top = max(logs)
+    weights = [math.exp(v - top) for v in logs]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+def rate_bin_of(history: History, low: float, high: float) -> int:
+    """The rate bin a page is counted in for its domain's μ (``rdom
+    lb<i>``): the bin that holds the median of its :func:`posterior` (the
+    middle bin for a page with no visit yet)."""
+    seen = 0.0
+    for i, w in enumerate(posterior(history, low, high)):
+        seen += w
+        if seen >= 0.5:
+            return i
+    return RATE_BINS - 1
+
+
+def _solve_interval(rising: Callable[[float], float], goal: float, low: float, high: float) -> float:
+    """I within [low, high] where ``rising(I)`` (non-decreasing) meets
+    ``goal``: ``low`` when it is there already, ``high`` when it never gets
+    there; else :data:`_INTERVAL_STEPS` bisection steps on log I."""
+    if rising(low) >= goal:
+        return low
+    if not high > low or rising(high) <= goal:
+        return high
+    lo, hi = math.log(low), math.log(high)
+    for _ in range(_INTERVAL_STEPS):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if rising(math.exp(mid)) < goal else (lo, mid)
+    return math.exp((lo + hi) / 2)
+
+
+def expected_interval(weights: Sequence[float], rates: Sequence[float], mu: float,
+                      low: float = 0.0, high: float = math.inf) -> float:
+    """The interval within [low, high] that maximises a page's expected
+    freshness less ``mu`` per visit when its rate is ``rates[i]`` with
+    probability ``weights[i]``: E[F] is concave in the visit rate 1/I, with
+    slope ``Σ w_i g(r_i I) / r_i``, which rises with I, so its one root of
+    ``= μ`` is the optimum (the optimum's condition, g(r I) = μ r, taken in
+    expectation). ``high`` when μ is not finite or no rate is positive."""
+    pages = [(w, r) for w, r in zip(weights, rates) if w > _NEGLIGIBLE and r > 0]
+    if not pages or not math.isfinite(mu):
+        return high
+    low = max(low, 1e-9)
+    return _solve_interval(lambda i: sum(w * g(r * i) / r for w, r in pages), mu, low, high)
+
+
+def expected_target_interval(weights: Sequence[float], rates: Sequence[float], target: float,
+                             low: float = 0.0, high: float = math.inf) -> float:
+    """With no budget: the interval within [low, high] whose expected
+    freshness ``Σ w_i F(r_i, I)`` is ``target`` (it falls as I grows)."""
+    if not 0 < target < 1:
+        raise ValueError(f"a freshness target is between 0 and 1, not {target!r}")
+    pages = [(w, r) for w, r in zip(weights, rates) if w > _NEGLIGIBLE and r > 0]
+    if not pages:
+        return high
+    low = max(low, 1e-9)
+    return _solve_interval(lambda i: -sum(w * freshness(r, i) for w, r in pages), -target, low, high)
+
+
 def adaptive_interval(history: History, low: int, high: int, mu: float | None,
                       target: float = 0.9) -> int:
     """A page's next interval from its record (its counts already include
-    the visit being written): a pinned interval within [low, high]; else the
-    domain optimum's at slope ``mu`` (or, with ``mu`` None, no budget: the
-    freshness ``target``'s), through :func:`next_interval`. The record's
-    bins are read at base ``low`` (MIN), as they were counted."""
+    the visit being written): a pinned interval within [low, high]; else,
+    on the record's :func:`posterior`, the domain optimum's at slope ``mu``
+    (:func:`expected_interval`) or, with ``mu`` None (no budget), the
+    freshness ``target``'s (:func:`expected_target_interval`), through
+    :func:`next_interval`. The record's bins are read at base ``low`` (MIN),
+    as they were counted."""
     if history.pinned:
         return min(max(history.iv, math.ceil(low)), math.floor(high))
-    r = rate_of(history, base=low)
-    proposed = target_interval(r, target, low, high) if mu is None else optimal_interval(r, mu, low, high)
+    weights = posterior(history, low, high)
+    rates = [rate_bin_centre(i, low, high) for i in range(RATE_BINS)]
+    proposed = (expected_target_interval(weights, rates, target, low, high) if mu is None
+                else expected_interval(weights, rates, mu, low, high))
     return next_interval(history.iv, proposed, low, high)

@@ -34,8 +34,8 @@ acknowledgement, where the frontier's script applies it before the ack.
 - ``saved`` is the record's length for a 304 and for an identical-payload
   capture (the body not stored again).
 - Rate bins (``rbin_old``/``rbin_new``, -1 none) are
-  :func:`~crawler.recrawl.estimate.rate_bin` over [1/(SLOW·MAX), 1/MIN] of
-  the old and the new record's rate.
+  :func:`~crawler.recrawl.estimate.rate_bin_of` over [1/(SLOW·MAX), 1/MIN]
+  of the old and the new record: the bin of its rate posterior's median.
 
 **The interval observed.** ``last`` is the server's clock (the script stamps
 it); the visit's end is read on the caller's ``now`` (``Clock.time()``,
@@ -70,7 +70,7 @@ from urllib.parse import urlsplit
 
 from crawler.meta import NOT_MODIFIED as NOT_MODIFIED_KEY
 from crawler.meta import RECRAWL, RECRAWL_SEEN, RECRAWL_STATE
-from crawler.recrawl.estimate import adaptive_interval, rate_bin, rate_of
+from crawler.recrawl.estimate import adaptive_interval, rate_bin_of
 from crawler.recrawl.record import ENTRY_KINDS, History, Refers, key_of, kept_etag, observe, pack, unpack
 from crawler.store.ledger import DISALLOWED, NOT_MODIFIED, REDIRECTED, STORED, STORED_ENDS
 from crawler.store.records import (
@@ -188,7 +188,7 @@ def _first(meta: dict[str, Any], entry: bytes, domain: str, digest: bytes, end: 
                       weak=bool(seen.get("weak")) and bool(etag), pinned=pinned is not None,
                       refers=_refers(meta))
     return Judged(HistoryWrite(CREATE, domain, k, pack(history), history.iv, -1,
-                               rate_bin(rate_of(history, base=rules.low), rules.low, rules.high), FIRST, 0, host))
+                               rate_bin_of(history, rules.low, rules.high), FIRST, 0, host))
 
 
 # --- revisits ---------------------------------------------------------------
@@ -198,7 +198,7 @@ def _again(meta: dict[str, Any], state: dict[str, Any], domain: str, end: str, r
            now: float, mu: float | None) -> Judged:
     k = str(state["k"])
     old = unpack(state["record"])
-    old_bin = rate_bin(rate_of(old, base=rules.low), rules.low, rules.high)
+    old_bin = rate_bin_of(old, rules.low, rules.high)
     seen = meta.get(RECRAWL_SEEN) or {}
     status = int(seen.get("status") or 0)
 
@@ -250,7 +250,7 @@ def _again(meta: dict[str, Any], state: dict[str, Any], domain: str, end: str, r
     outcome = NOT_MODIFIED_304 if not_modified else CHANGED if changed else UNCHANGED
     saved = old.length if not_modified or capture.get("profile") == IDENTICAL else 0
     return Judged(HistoryWrite(UPDATE, domain, k, pack(new), iv, old_bin,
-                               rate_bin(rate_of(new, base=rules.low), rules.low, rules.high), outcome, saved, host, lie))
+                               rate_bin_of(new, rules.low, rules.high), outcome, saved, host, lie))
 
 
 def _lie(old: History, seen: dict[str, Any], chg: bytes | None) -> str:

@@ -1,6 +1,8 @@
-#!lua
--- flagged: when Redis is out of memory it refuses the whole call up front,
--- never half of it (a pack job's blocks are taken again when it is over).
+#!lua flags=allow-oom
+-- allow-oom: a pack frees more than it stores (requests out of a spill,
+-- the same compressed into a block), and a fill stores one block's requests
+-- in a head whose pops free them: refused, the domain would wait for good
+-- on a Redis out of memory, which the crawl's pops are draining.
 -- tier_done: the replies of claimed compact-tier jobs (tier_take.lua),
 -- each applied only if the list it worked on is as the job saw it (dom:<d>
 -- so:<p> / zo:<p> unchanged): a spill's first records replaced by their

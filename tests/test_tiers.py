@@ -57,18 +57,23 @@ def urls(n: int, domain: str = "a.test", start: int = 0) -> list[bytes]:
 
 
 def test_the_codec_round_trips_and_refuses_what_is_not_a_block() -> None:
-    records = [b"", b"U0 https://a.test/\n", bytes(range(256)) * 3, b"R\x81\xa3url"]
-    assert unpack(pack(records)) == records
+    framed = [b"", b"U0 https://a.test/\n", bytes(range(256)) * 3, b"R\x81\xa3url"]
+    links = [b"U0 https://a.test/1", b"", b"U1 https://a.test/2?x=1"]
+    assert unpack(pack(framed)) == framed and pack(framed).split(b"\n", 1)[1][:1] == b"l"
+    assert unpack(pack(links)) == links and pack(links).split(b"\n", 1)[1][:1] == b"n"
     assert unpack(pack([])) == []
     with pytest.raises(ValueError, match="not a block"):
         unpack(b"zz")
+    with pytest.raises(ValueError, match="not a block"):
+        unpack(b"2\nxzlib")
     with pytest.raises(ValueError, match="does not decompress"):
-        unpack(b"2\nnot zlib")
-    with pytest.raises(ValueError, match="says 3 records and holds 2"):
-        unpack(b"3\n" + pack([b"a", b"b"]).partition(b"\n")[2])
+        unpack(b"2\nnnot zlib")
+    for sample in (framed, links):
+        with pytest.raises(ValueError, match="says 3 records and holds 2"):
+            unpack(b"3\n" + pack(sample[:2]).partition(b"\n")[2])
     truncated = zlib.compress(b"\x00\x00\x00\x09abc")
     with pytest.raises(ValueError, match="ends inside a record"):
-        unpack(b"1\n" + truncated)
+        unpack(b"1\nl" + truncated)
 
 
 def test_past_the_head_nothing_is_dropped_and_the_order_is_kept(redis_client: redis.Redis) -> None:

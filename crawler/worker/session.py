@@ -394,7 +394,11 @@ class WorkerSession(Services):
         tick at most, so that a tick stays short."""
         assert self.store is not None
         for _ in range(TIER_PASSES):
-            done = self.store.tiers.run(TIER_JOBS)
+            try:
+                done = self.store.tiers.run(TIER_JOBS)
+            except redis.exceptions.OutOfMemoryError:
+                return  # a Redis without script flags: the jobs wait for the memory, nothing moved
+
             inc(self.stats, "crawler/frontier/tier/packed", done.packed)
             inc(self.stats, "crawler/frontier/tier/unpacked", done.unpacked)
             inc(self.stats, "crawler/frontier/tier/stale", done.stale)

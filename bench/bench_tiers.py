@@ -13,7 +13,10 @@ the tier's jobs run by the frontier's own worker code between calls as a
 worker's timer does (``CompactTier.run``); then ``used_memory`` against the
 empty frontier's, per URL; then ``--drain`` requests dequeued and
 acknowledged (``take`` of 128, the tier's jobs between takes), the
-dequeue rate. The URLs: real paths (the links of the Rust documentation
+dequeue rate two ways: *polite* (a 1 ms delay: one request a domain a turn,
+as a crawl with a delay is served) and *greedy* (no delay: a take empties a
+domain's head at once, the tier's worst case), with Redis's CPU per
+request (``INFO cpu``). The URLs: real paths (the links of the Rust documentation
 pages in ``../shared/corpus``, when that folder is there, re-hosted on each
 domain), else generated ones (labelled so); their mean length is printed.
 Bloom dedup (the one a crawl of this size would run: 1.2 B per URL at 1 %)
@@ -77,6 +80,28 @@ def memory(client) -> int:
     return int(client.info("memory")["used_memory"])
 
 
+def redis_cpu(client) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def dequeue(f: Frontier, client, n: int) -> dict:
+    """``n`` requests taken 128 at a time and acknowledged, the tier's jobs
+    run after each take (as often as a worker whose every dequeue found a
+    head waiting would): requests/s, and Redis CPU per request."""
+    started, cpu = time.perf_counter(), redis_cpu(client)
+    taken = 0
+    while taken < n:
+        got = f.take(128)
+        taken += len(got.items)
+        f.add([], acks=[x.lease for x in got.items])
+        f.tiers.run(16)
+        if not got.items and not f.tiers.run(64).jobs and not client.zcard(f.keys.key("tiers")):
+            break
+    elapsed = time.perf_counter() - started
+    return {"rate": taken / elapsed, "cpu_us": (redis_cpu(client) - cpu) / max(taken, 1) * 1e6}
+
+
 def run(urls: int, per_domain: int, head: int, block: int, dedup: str, paths: list[str], drain: int) -> dict:
     domains = max(1, urls // per_domain)
     server = RedisServer(Path(f"/tmp/bench-tiers-{head}-{urls}"), "--save", "", "--appendonly", "no").start()
@@ -87,6 +112,7 @@ def run(urls: int, per_domain: int, head: int, block: int, dedup: str, paths: li
         f.open()
         f.tiers.run()  # the scripts loaded
         empty = memory(client)
+        enqueue_cpu = redis_cpu(client)
         started = time.perf_counter()
         tier_s = 0.0
         sent = 0
@@ -120,26 +146,22 @@ def run(urls: int, per_domain: int, head: int, block: int, dedup: str, paths: li
             pass
         tier_s += time.perf_counter() - t
         enqueue_s = time.perf_counter() - started
+        enqueue_cpu = redis_cpu(client) - enqueue_cpu
         used = memory(client) - empty
         bloom = sum(int(client.strlen(k)) for k in client.scan_iter(match=f.keys.key("bloom", "*")))
         counters = {k.decode(): int(v) for k, v in client.hgetall(f.keys.stats).items()}
         queued = counters["queued"]  # the offered, less the Bloom filter's false positives
         assert queued == counters["enqueued"] and queued + counters.get("duplicates", 0) == urls, counters
-        # dequeue: take, acknowledge, the tier's jobs between takes
-        started = time.perf_counter()
-        taken = 0
-        while taken < drain:
-            got = f.take(128)
-            taken += len(got.items)
-            f.add([], acks=[x.lease for x in got.items])
-            f.tiers.run(16)
-            if not got.items and not f.tiers.run(64).jobs and not client.zcard(f.keys.key("tiers")):
-                break
-        dequeue_s = time.perf_counter() - started
+        # dequeue: take, acknowledge, the tier's jobs between takes; two ways
+        greedy = dequeue(f, client, drain // 2)
+        f.politeness = Politeness(delay=0.001)  # one request a domain a turn, as a polite crawl
+        f.open()
+        polite = dequeue(f, client, drain // 2)
         return {"urls": urls, "domains": domains, "head": head, "used": used, "bloom": bloom,
                 "per_url": used / queued, "per_url_no_dedup": (used - bloom) / queued if dedup == "bloom" else None,
                 "enqueue_rate": urls / enqueue_s, "tier_share": tier_s / enqueue_s,
-                "dequeue_rate": taken / dequeue_s, "compact": counters.get("compact", 0),
+                "greedy": greedy, "polite": polite, "enqueue_cpu_us": enqueue_cpu / queued * 1e6,
+                "compact": counters.get("compact", 0),
                 "spill": counters.get("spill", 0), "compact_bytes": counters.get("compact_bytes", 0)}
     finally:
         server.stop()
@@ -171,15 +193,18 @@ def main() -> None:
             print(f"    Redis {r['used'] / 2**20:,.0f} MiB = {r['per_url']:.1f} B per URL"
                   + (f" ({r['per_url_no_dedup']:.1f} B without the Bloom filter's {r['bloom'] / 2**20:,.0f} MiB)"
                      if r["per_url_no_dedup"] is not None else "")
-                  + f"; enqueue {r['enqueue_rate']:,.0f} URLs/s (tier jobs {r['tier_share']:.0%} of it), "
-                  f"dequeue {r['dequeue_rate']:,.0f}/s; compact {r['compact']:,} "
+                  + f"; enqueue {r['enqueue_rate']:,.0f} URLs/s (tier jobs {r['tier_share']:.0%} of it; Redis "
+                  f"{r['enqueue_cpu_us']:.1f} us a URL), dequeue and acknowledge: polite "
+                  f"{r['polite']['rate']:,.0f}/s (Redis {r['polite']['cpu_us']:.1f} us each), greedy "
+                  f"{r['greedy']['rate']:,.0f}/s (Redis {r['greedy']['cpu_us']:.1f} us); compact {r['compact']:,} "
                   f"({r['compact_bytes'] / max(r['compact'], 1):.1f} B each), spill {r['spill']:,}", flush=True)
     print("\nsummary (ratios within one run):")
     for urls in args.urls:
         off, on = [r for r in rows if r["urls"] == urls]
         print(f"  {urls:>11,} URLs: memory {on['per_url']:.1f} / {off['per_url']:.1f} B per URL "
               f"({on['used'] / off['used']:.2f}x); enqueue rate {on['enqueue_rate'] / off['enqueue_rate']:.2f}x, "
-              f"dequeue rate {on['dequeue_rate'] / off['dequeue_rate']:.2f}x")
+              f"dequeue rate polite {on['polite']['rate'] / off['polite']['rate']:.2f}x, "
+              f"greedy {on['greedy']['rate'] / off['greedy']['rate']:.2f}x")
     big = max(args.urls)
     on = [r for r in rows if r["urls"] == big and r["head"] > 0][0]
     off = [r for r in rows if r["urls"] == big and r["head"] == 0][0]

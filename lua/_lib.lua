@@ -62,14 +62,15 @@ end
 -- before it is given up), dns_claim (how long a lookup may take before
 -- another worker tries); recrawl ('off', 'fixed', 'adaptive'), rv_min, rv_max,
 -- rv_distrust (ms), rv_share, rv_cap, rv_domain_cap (design/recrawl.md E);
--- head, block: the compact tier's (push() below; 0: no tier).
+-- head, block: the compact tier's (push() below; 0: no tier); order, of
+-- the due domains: 'due' (their turn) or 'rank' (dequeue.lua).
 local defaults_cache = nil
 local function defaults(base)
   if defaults_cache == nil then
     local v = redis.call('HMGET', base .. ':meta', 'rate', 'burst', 'delay', 'delay_factor', 'delay_max',
                          'ip_delay', 'ip_shared_delay', 'ip_shared_cap', 'ip_shared_min', 'dns_ttl', 'dns_nx',
                          'dns_claim', 'recrawl', 'rv_min', 'rv_max', 'rv_share', 'rv_cap', 'rv_domain_cap',
-                         'rv_distrust', 'head', 'block')
+                         'rv_distrust', 'head', 'block', 'order')
     defaults_cache = {rate = tonumber(v[1] or '') or 0, burst = tonumber(v[2] or '') or 1,
                       delay = tonumber(v[3] or '') or 0, factor = tonumber(v[4] or '') or 0,
                       max = tonumber(v[5] or '') or 0,
@@ -81,7 +82,8 @@ local function defaults(base)
                       rv_max = tonumber(v[15] or '') or 2592000000, rv_share = tonumber(v[16] or '') or 0.5,
                       rv_cap = tonumber(v[17] or '') or 0, rv_domain_cap = tonumber(v[18] or '') or 0,
                       rv_distrust = tonumber(v[19] or '') or 2592000000,
-                      head = tonumber(v[20] or '') or 0, block = tonumber(v[21] or '') or 64}
+                      head = tonumber(v[20] or '') or 0, block = tonumber(v[21] or '') or 64,
+                      order = v[22] or 'due'}
   end
   return defaults_cache
 end
@@ -111,31 +113,49 @@ local function tier_job(base, kind, domain, prio, at)
   redis.call('ZADD', base .. ':tiers', 'NX', at, kind .. '\n' .. domain .. '\n' .. prio)
 end
 
-local function push(base, domain, prio, entry, front, now)
+-- Queues <entries> (a list, in their order) of <domain> at <prio>: at the
+-- head's front (<front>: requests given back) or after everything queued
+-- (the head's end while it has room and nothing is past it, the rest to the
+-- spill's end), in one write per list. Returns how many went to the spill.
+local function push_many(base, domain, prio, entries, front, now)
+  local k = #entries
   local q, z, s = tier_keys(base, domain, prio)
-  local spilled = false
-  local head = defaults(base).head
-  if not front and (redis.call('EXISTS', z, s) > 0 or (head > 0 and redis.call('LLEN', q) >= head)) then
-    local len = redis.call('RPUSH', s, entry)
-    redis.call('HINCRBY', base .. ':stats', 'spill', 1)
-    if len == defaults(base).block then tier_job(base, 'p', domain, prio, now) end
-    spilled = true
-  elseif front then
-    redis.call('LPUSH', q, entry)
+  local spilled = 0
+  if front then
+    for i = k, 1, -1 do redis.call('LPUSH', q, entries[i]) end
   else
-    redis.call('RPUSH', q, entry)
+    local d = defaults(base)
+    local room = k
+    if redis.call('EXISTS', z, s) > 0 then
+      room = 0
+    elseif d.head > 0 then
+      room = math.max(0, math.min(k, d.head - redis.call('LLEN', q)))
+    end
+    for i = 1, room, 500 do redis.call('RPUSH', q, unpack(entries, i, math.min(i + 499, room))) end
+    if room < k then
+      local len = 0
+      for i = room + 1, k, 500 do len = redis.call('RPUSH', s, unpack(entries, i, math.min(i + 499, k))) end
+      spilled = k - room
+      redis.call('HINCRBY', base .. ':stats', 'spill', spilled)
+      -- a block's worth: a job (once, as the spill passes it; tier_done keeps it while needed)
+      if len >= d.block and len - spilled < d.block then tier_job(base, 'p', domain, prio, now) end
+    end
   end
   redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
   local dkey = base .. ':dom:' .. domain
-  local n = redis.call('HINCRBY', dkey, 'n', 1)
+  local n = redis.call('HINCRBY', dkey, 'n', k)
   local st = redis.call('HMGET', dkey, 'next', 'busy')
   if not st[2] then  -- a parked domain becomes ready when its request is done
-    -- its first queued request brings forward a domain ready only for its
+    -- its first queued requests bring forward a domain ready only for its
     -- revisits (later: LT); else a domain ready already keeps its place (NX)
-    redis.call('ZADD', base .. ':ready', n == 1 and 'LT' or 'NX', math.max(now, tonumber(st[1] or '0') or 0), domain)
+    redis.call('ZADD', base .. ':ready', n == k and 'LT' or 'NX', math.max(now, tonumber(st[1] or '0') or 0), domain)
   end
-  redis.call('HINCRBY', base .. ':stats', 'queued', 1)
+  redis.call('HINCRBY', base .. ':stats', 'queued', k)
   return spilled
+end
+
+local function push(base, domain, prio, entry, front, now)
+  return push_many(base, domain, prio, {entry}, front, now)
 end
 
 -- The head of <domain> at <prio> after a pop left it holding <left>: below
@@ -447,6 +467,8 @@ local function new_offer(base, mode, budget)
   local counts, totals = {}, {}
   local added, dups, spilled, over, excluded = 0, 0, 0, 0, 0
   local excluded_set = {}
+  -- what is added is pushed at finish(), one push per domain and priority, in order
+  local groups, order, admitted = {}, {}, {}
 
   local function bloom_load()
     local meta = base .. ':bloom'
@@ -512,8 +534,15 @@ local function new_offer(base, mode, budget)
         end
       end
       if new then
-        if push(base, domain, prio, entry, false, now) then spilled = spilled + 1 end
-        redis.call('HINCRBY', base .. ':dom:' .. domain, 'admitted', 1)
+        local key = domain .. '\n' .. prio
+        local g = groups[key]
+        if not g then
+          g = {domain = domain, prio = prio, entries = {}}
+          groups[key] = g
+          order[#order + 1] = g
+        end
+        g.entries[#g.entries + 1] = entry
+        admitted[domain] = (admitted[domain] or 0) + 1
         n = n + 1
         totals[domain] = totals[domain] + 1
         added = added + 1
@@ -526,6 +555,8 @@ local function new_offer(base, mode, budget)
   end
 
   function self.finish()
+    for _, g in ipairs(order) do spilled = spilled + push_many(base, g.domain, g.prio, g.entries, false, now) end
+    for domain, k in pairs(admitted) do redis.call('HINCRBY', base .. ':dom:' .. domain, 'admitted', k) end
     local stats = base .. ':stats'
     if added > 0 then redis.call('HINCRBY', stats, 'enqueued', added) end
     if dups > 0 then redis.call('HINCRBY', stats, 'duplicates', dups) end

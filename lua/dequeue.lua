@@ -169,6 +169,7 @@ local function next_due()
     local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
     if #first > 0 and (due < 0 or tonumber(first[2]) < due) then due = tonumber(first[2]) end
   end
+  if ipc.order == 'rank' and redis.call('ZCARD', base .. ':front') > 0 then return now end
   sooner(ready)
   sooner(base .. ':delayed')
   if ipc.recrawl ~= 'off' then
@@ -531,6 +532,7 @@ end
 -- when it is one; returns whether it is sent (not "!nx", "!refused")
 local function lease(domain, prio, entry, address, shared)
   taken = taken + 1
+  if ipc.order == 'rank' then redis.call('HINCRBY', base .. ':dom:' .. domain, 'given', 1) end
   local id = tostring(redis.call('INCR', base .. ':seq'))
   local rec = domain .. '\n' .. prio .. '\n' .. entry
   redis.call('ZADD', base .. ':leases', now + lease_ms, id)
@@ -783,14 +785,43 @@ local function serve(domain, dkey)
   end_turn(domain, dkey, n, tokens, took, waits, parked, rate, burst)
 end
 
--- the due domains in order of their turn, until <want> requests are taken
+-- one due domain's turn
+local function turn(domain)
+  attempts = attempts + 1
+  local dkey = base .. ':dom:' .. domain
+  if not drop_excluded(domain, dkey) then serve(domain, dkey) end
+end
+
+-- meta order 'rank' (docs/frontier.md): due domains wait in base:front,
+-- scored by their priority, (1 + their weight) / (1 + requests they were
+-- given): the weight a ranking file's (base:rank) else the domains seen
+-- linking to them (base:inl:<d>, a HyperLogLog the workers add to)
+local FRONT_MOVE = 1000  -- due domains moved into base:front per call at most
+local function priority_of(domain)
+  local w = tonumber(redis.call('HGET', base .. ':rank', domain) or '')
+  if not w then w = redis.call('PFCOUNT', base .. ':inl:' .. domain) end
+  local given = tonumber(redis.call('HGET', base .. ':dom:' .. domain, 'given') or '0') or 0
+  return (1 + w) / (1 + given)
+end
+
+-- the due domains, until <want> requests are taken: in order of their turn
+-- (meta order 'due'), or of their priority (meta order 'rank')
 local function serve_due_domains()
-  local domains = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, want)
-  for _, domain in ipairs(domains) do
-    if taken >= want then break end
-    attempts = attempts + 1
-    local dkey = base .. ':dom:' .. domain
-    if not drop_excluded(domain, dkey) then serve(domain, dkey) end
+  if ipc.order == 'rank' then
+    local front = base .. ':front'
+    local due = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, FRONT_MOVE)
+    for _, domain in ipairs(due) do redis.call('ZADD', front, priority_of(domain), domain) end
+    for i = 1, #due, 500 do redis.call('ZREM', ready, unpack(due, i, math.min(i + 499, #due))) end
+    while taken < want do
+      local best = redis.call('ZPOPMAX', front)
+      if #best == 0 then break end
+      turn(best[1])
+    end
+  else
+    for _, domain in ipairs(redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, want)) do
+      if taken >= want then break end
+      turn(domain)
+    end
   end
   if taken > 0 then redis.call('HINCRBY', stats, 'dequeued', taken) end
   if attempts > 0 then redis.call('HINCRBY', stats, 'attempts', attempts) end

@@ -94,6 +94,9 @@ class BillionSpider(scrapy.Spider):
         # the pages sites list in the sitemaps their robots.txt names (docs/sitemaps.md)
         "CRAWLER_SITEMAPS": True,
         "CRAWLER_DOMAIN_BUDGET": 100_000,
+        # short of capacity, the domains that matter first: the most domains
+        # seen linking to them per request given (docs/frontier.md, docs/crawl-order.md)
+        "CRAWLER_DOMAIN_ORDER": "rank",
         "CRAWLER_WARC_DIR": "output/warc",
         # one item per page; Scrapy starts CONCURRENT_ITEMS tasks for every
         # response (100 by default): a quarter of the crawl's CPU
@@ -244,6 +247,8 @@ class BillionSpider(scrapy.Spider):
         if not self.max_depth or depth < self.max_depth:
             session = session_of(self.crawler)
             assert session is not None, "the billion spider needs the frontier scheduler"
+            # every link counts for the order (a domain's linking domains), known or not
+            session.links_from(domain_of(response.url), links)
             # links the frontier has seen were checked when first offered
             fresh = session.unknown(links)
             known, links = len(links) - len(fresh), fresh

@@ -95,6 +95,7 @@ class Frontier(FrontierViews):
         domain_cap: int = 0,
         domain_budget: int = 0,
         block: int = 128,
+        order: str = "due",
         lease_seconds: float = 180.0,
         addresses: AddressPoliteness | None = None,
         shards: int = 1,
@@ -119,6 +120,7 @@ class Frontier(FrontierViews):
         self.overrides = overrides or {}
         self.domain_cap = domain_cap  # the head of a domain's queue (0: no compact tier)
         self.block = block
+        self.order = order  # of due domains: "due" (their turn) or "rank" (docs/frontier.md)
         self.domain_budget = domain_budget
         self.lease_ms = int(lease_seconds * 1000)
         # written into :meta by open(); None: the stored settings are left as they are
@@ -190,7 +192,7 @@ class Frontier(FrontierViews):
                                  "ip_shared_cap": a.shared_cap, "ip_shared_min": a.shared_min,
                                  "dns_ttl": _ms(a.ttl), "dns_nx": a.nx_retries, "dns_claim": _ms(a.claim)})
         # the compact tier (crawler/store/tiers.py): the head of a domain's queue, the records of a block
-        pipe.hset(meta, mapping={"head": self.domain_cap, "block": self.block})
+        pipe.hset(meta, mapping={"head": self.domain_cap, "block": self.block, "order": self.order})
         r = self.recrawl
         if r is not None:  # design/recrawl.md E: ms where the scripts count ms
             pipe.hset(meta, mapping={"recrawl": r.mode, "rv_min": _ms(r.min), "rv_max": _ms(r.max),
@@ -214,6 +216,35 @@ class Frontier(FrontierViews):
         # the reply's 8th slot (history creates refused by a cap) is counted in :stats rv_untracked
         added, dups, spilled, acked, over, excluded, unseen = self.scripts.enqueue(keys=self.script_keys, args=args)[:7]
         return AddResult(added, dups, spilled, acked, over, excluded, tuple(unseen))
+
+    def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
+        """``(target, source)`` pairs of registered domains, ``source`` linking
+        to ``target``: each target's HyperLogLog of linking domains
+        (``:inl:<d>``, the rank order's weight: ``dequeue.lua``), one
+        pipelined ``PFADD`` per target."""
+        by_target: dict[str, list[str]] = {}
+        for target, source in pairs:
+            by_target.setdefault(target, []).append(source)
+        pipe = self.client.pipeline(transaction=False)
+        for target, sources in by_target.items():
+            pipe.pfadd(self.keys.key("inl", target), *sources)
+        pipe.execute()
+
+    def load_ranks(self, weights: dict[str, float]) -> int:
+        """A ranking's weights (domain -> weight, higher first) into ``:rank``,
+        replacing what was there; returns how many."""
+        rank, loading = self.keys.key("rank"), self.keys.key("rank", "loading")
+        pipe = self.client.pipeline(transaction=False)
+        pipe.delete(loading)
+        items = list(weights.items())
+        for i in range(0, len(items), 10_000):
+            pipe.hset(loading, mapping={d: repr(float(w)) for d, w in items[i:i + 10_000]})
+        pipe.execute()
+        if items:
+            self.client.rename(loading, rank)  # at once: a dequeue sees the old ranking or the new
+        else:
+            self.client.delete(rank)
+        return len(items)
 
     def hint(self, hints: Sequence[Hint]) -> HintResult:
         """Sitemap ``<lastmod>`` hints for tracked URLs (``recrawl_hint.lua``):

@@ -81,13 +81,14 @@ class FrontierViews:
         pipe.zcount(k.leases, "-inf", now)
         pipe.zcard(k.delayed)
         pipe.hgetall(k.stats)
-        ready, due, head, leases, expired, delayed, counters = pipe.execute()
+        pipe.zcard(k.key("front"))  # the rank order's due domains (docs/frontier.md)
+        ready, due, head, leases, expired, delayed, counters, front = pipe.execute()
         stats = {key.decode(): int(value) for key, value in counters.items()}
         return {
             "queued": stats.get("queued", 0),
-            "domains_queued": ready,
-            "domains_due": due,
-            "next_due_ms": int(head[0][1]) - now if head else None,
+            "domains_queued": ready + front,
+            "domains_due": due + front,
+            "next_due_ms": 0 if front else int(head[0][1]) - now if head else None,
             "leases": leases,
             "leases_expired": expired,
             "delayed": delayed,

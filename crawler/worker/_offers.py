@@ -32,7 +32,8 @@ logger = logging.getLogger(__name__)
 class Offers:
     def __init__(self, spider: Spider, shard: int, shards: int, forward: bool, writes: WriteBuffer,
                  leases: Leases, fingerprinter: RequestFingerprinterProtocol, stats: StatsCollector | None,
-                 *, canonicalize: Canonicalizer, dedup_start_requests: bool, hints: bool = False) -> None:
+                 *, canonicalize: Canonicalizer, dedup_start_requests: bool, hints: bool = False,
+                 links_between: int = 0) -> None:
         self.spider = spider
         self.shard = shard
         self.shards = shards
@@ -45,6 +46,10 @@ class Offers:
         self.dedup_start_requests = dedup_start_requests
         #: recrawl on: a request's sitemap <lastmod> (meta[LASTMOD]) goes to the frontier as a hint
         self.hints = hints
+        #: CRAWLER_DOMAIN_ORDER = "rank": which domains link to which go to the frontier
+        #: (each pair once per process while this many are remembered: docs/frontier.md)
+        self.links_between = links_between
+        self._pairs: set[tuple[str, str]] = set()
 
     def request(self, request: Request) -> bool:
         """Buffer ``request`` (see ``FrontierScheduler.enqueue_request``); a
@@ -116,6 +121,25 @@ class Offers:
         if known:
             inc(self.stats, "crawler/frontier/duplicates_local", known)
         return offered + known
+
+    def links_from(self, source: str, urls: Iterable[str]) -> int:
+        """The rank order's in-links: the page of registered domain ``source``
+        links to ``urls`` (absolute): each other domain they name counts
+        ``source`` among its linking domains, sent once while this process
+        remembers the pair (its HyperLogLog counts a source once whatever it
+        is sent). Returns the pairs sent; 0 when the order is not ``rank``."""
+        if not self.links_between:
+            return 0
+        sent = 0
+        for target in {domain_of(url) for url in urls}:
+            if target == source or (source, target) in self._pairs:
+                continue
+            if len(self._pairs) >= self.links_between:
+                self._pairs.clear()
+            self._pairs.add((source, target))
+            self.writes.link(shard_of(target, self.shards) if self.shards > 1 else self.shard, target, source)
+            sent += 1
+        return sent
 
     def unknown(self, urls: list[str]) -> list[str]:
         """``urls`` (canonical) less those :class:`Recent` knows, counted as

@@ -57,6 +57,10 @@ class Outbox:
             del self.records[shard]  # only once stored
             inc(self.stats, "crawler/forward/sent", len(records))
 
+    def frontier(self, shard: int) -> Frontier:
+        """Another shard's frontier (opened on its Redis)."""
+        return self._link(shard)[0]
+
     def _link(self, shard: int) -> tuple[Frontier, Dedup]:
         """Another shard's frontier and its dedup layout."""
         link = self.links.get(shard)

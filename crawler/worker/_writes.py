@@ -76,6 +76,8 @@ class WriteBuffer:
         self.acks: list[str | Ack] = []
         #: sitemap <lastmod> hints for tracked URLs (recrawl on): sent after the items, advice only
         self.hints: list[Hint] = []
+        #: rank order: (target domain, linking domain) pairs, by the target's shard (``Offers._link``)
+        self.links: dict[int, list[tuple[str, str]]] = {}
         #: leases whose retry Redis refused for want of memory: not acknowledged, handed back at close
         self.kept: list[str] = []
         self._oom_dropped = 0
@@ -95,6 +97,9 @@ class WriteBuffer:
 
     def add(self, item: Item) -> None:
         self.items.append(item)
+
+    def link(self, shard: int, target: str, source: str) -> None:
+        self.links.setdefault(shard, []).append((target, source))
 
     def hint(self, hint: Hint) -> None:
         """A sitemap's ``<lastmod>`` for a URL that may be tracked (``Frontier.hint``)."""
@@ -155,6 +160,8 @@ class WriteBuffer:
         result = self._store_items() if self.items else None
         if self.hints:
             self._store_hints()
+        if self.links:
+            self._store_links()
         if self.on_stored is not None and (delayed or (result is not None and result.added)):
             self.on_stored()
         return result
@@ -187,6 +194,20 @@ class WriteBuffer:
         self.count(result)
         inc(self.stats, "crawler/frontier/acked", result.acked)
         return result
+
+    def _store_links(self) -> None:
+        """The links between domains, into each target's shard (its own or
+        another's: ``Frontier.add_links``); advice for the order, not URLs: a
+        Redis out of memory drops them (counted), another error keeps them."""
+        for shard in list(self.links):
+            frontier = self.store if shard == self.store.keys.shard else self.outbox.frontier(shard)
+            pairs = self.links[shard]
+            try:
+                frontier.add_links(pairs)
+            except redis.exceptions.OutOfMemoryError:
+                inc(self.stats, "crawler/frontier/links_lost", len(pairs))
+            del self.links[shard]
+            inc(self.stats, "crawler/frontier/links_between", len(pairs))
 
     def _store_hints(self) -> None:
         """The hints, in one round trip; Redis out of memory drops them

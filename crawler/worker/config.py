@@ -53,6 +53,9 @@ class FrontierSettings:
     domain_cap: int
     #: records per block of the compact tier (``crawler/store/tiers.py``)
     block: int
+    #: the order of due domains ("due", "rank") and the ranking file (docs/frontier.md)
+    order: str
+    ranks: str | None
     domain_budget: int
     forward: bool
     shard_urls: dict[int, str]
@@ -79,6 +82,7 @@ class FrontierSettings:
         """The frontier at ``keys`` (one of ``shards``) as these settings describe it."""
         return Frontier(client, keys, dedup=self.dedup, politeness=self.politeness, overrides=self.overrides,
                         domain_cap=self.domain_cap, domain_budget=self.domain_budget, block=self.block,
+                        order=self.order,
                         lease_seconds=self.lease_seconds, addresses=self.addresses, shards=shards, clock=clock,
                         recrawl=self.recrawl)
 
@@ -129,6 +133,8 @@ class FrontierSettings:
             overrides=_overrides(settings),
             domain_cap=setting(settings, "CRAWLER_DOMAIN_QUEUE_CAP"),
             block=setting(settings, "CRAWLER_FRONTIER_BLOCK"),
+            order=setting(settings, "CRAWLER_DOMAIN_ORDER"),
+            ranks=setting(settings, "CRAWLER_RANKS"),
             domain_budget=setting(settings, "CRAWLER_DOMAIN_BUDGET"),
             forward=setting(settings, "CRAWLER_FORWARD_LINKS"),
             shard_urls={int(k): str(v) for k, v in setting(settings, "CRAWLER_SHARD_REDIS_URLS").items()},

@@ -48,6 +48,7 @@ from crawler.connection import REDIS_ERRORS, _reason, get_redis, mask_url, persi
 from crawler.fetch import Addresses
 from crawler.identity import Canonicalizer
 from crawler.meta import ADDRESS, LEASE
+from crawler.ranks import read_ranks
 from crawler.settings_registry import setting
 from crawler.store import DeadLetters, Frontier, FrontierLost, Keys
 from crawler.worker._history import HistoryBook
@@ -78,6 +79,8 @@ STORAGE_LOOK = 0.01
 #: (a job packs or unpacks up to 8 blocks: about 0.2 ms of zlib each)
 TIER_JOBS = 16
 TIER_PASSES = 4
+#: rank order: pairs of linking and linked domains a process remembers having sent
+LINKS_REMEMBERED = 200_000
 
 #: where the session is published on the crawler, and its deprecated alias (one release)
 PUBLISHED, ALIAS = "worker_session", "frontier"
@@ -174,10 +177,19 @@ class WorkerSession(Services):
         keys = Keys(config.prefix, spider.name, shard)
         self.store = store = config.frontier(self.server, keys, self.clock, shards)
 
+        ranks = None
+        if config.ranks and config.order != "rank":
+            logger.warning("CRAWLER_RANKS is ignored: the due order (CRAWLER_DOMAIN_ORDER = 'due') reads no ranking")
+        elif config.ranks:
+            ranks = read_ranks(config.ranks, shard, shards)
+
         def opening() -> None:
             if config.flush_on_start:
                 store.clear()
             store.open()
+            if ranks is not None:
+                logger.info("Ranking %s: %d domains of this shard weighed (CRAWLER_RANKS)", config.ranks,
+                            store.load_ranks(ranks))
 
         # waited for like the start check: on a Redis Cluster whose master of these keys is
         # dead and its replica not yet elected, the check (a PING to any node) passes, this not
@@ -205,7 +217,8 @@ class WorkerSession(Services):
         self._inbox = Inbox(store, config.batch, self.stats, self.clock)
         self._offers = Offers(spider, shard, shards, config.forward, self._writes, self._leases,
                               self._fingerprinter, self.stats, canonicalize=Canonicalizer(config.tracking),
-                              dedup_start_requests=self._dedup_start_requests, hints=config.recrawl.on)
+                              dedup_start_requests=self._dedup_start_requests, hints=config.recrawl.on,
+                              links_between=LINKS_REMEMBERED if config.order == "rank" else 0)
         self._dead_letters = DeadLetters(self.server, keys, self._dlq_max)
         self._flusher = task.LoopingCall(self._tick)
         self._flusher.clock = self.clock.timers
@@ -448,6 +461,13 @@ class WorkerSession(Services):
         if self._writes.full:
             self._guard.call(self.flush)
         return offered
+
+    def links_from(self, source: str, urls: Iterable[str]) -> int:
+        """With ``CRAWLER_DOMAIN_ORDER = "rank"``: a page of registered domain
+        ``source`` links to ``urls``, each other domain they name counting it
+        among the domains linking to it (docs/frontier.md); stored with the
+        next flush. Returns the pairs it adds (0 in the due order)."""
+        return self._offers.links_from(source, urls)
 
     def unknown(self, urls: list[str]) -> list[str]:
         """The canonical ``urls`` not known here as seen by the frontier: a

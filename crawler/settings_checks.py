@@ -55,6 +55,20 @@ def networks(value: list[str]) -> None:
             raise ValueError(f"{entry!r} is not a network (CIDR)") from None
 
 
+def ranges_file(value: str) -> None:
+    """``CRAWLER_IP_SHARED_RANGES``: empty, ``builtin`` or a ranges file
+    that reads (the layout ``scrapy cdn-ranges`` writes)."""
+    from crawler.cdn_ranges import RangesError, load, path_of
+
+    path = path_of(value)
+    if path is None:
+        return
+    try:
+        load(path)
+    except RangesError as e:
+        raise ValueError(str(e)) from None
+
+
 def allow_private(value: list[str]) -> None:
     """``CRAWLER_ALLOW_PRIVATE``: each entry a network (CIDR, or one
     address) or a host pattern that could match a host name; a top label of

@@ -129,6 +129,7 @@ def test_sdist_and_wheel_build_and_pass_twine_check(tmp_path: Path) -> None:
         info = f"polite_crawler-{version}.dist-info"
         meta = email.message_from_bytes(zf.read(f"{info}/METADATA"))
     assert {"crawler/py.typed", "crawler/settings_registry.toml", "crawler/lua/dequeue.lua",
+            "crawler/data/cdn_ranges.json",
             f"{info}/licenses/LICENSE", f"{info}/entry_points.txt"} <= names
     assert not any(n.startswith(("tests/", "devkit/", "bench/")) for n in names)
     assert meta["Version"] == version and meta["License-Expression"] == "BSD-3-Clause"

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from scrapy.exceptions import CannotResolveHostError, IgnoreRequest
 
+from crawler.cdn_ranges import shared_ranges
 from crawler.clock import SYSTEM, Clock
 from crawler.resolver import HostMap, parse_host_map
 from crawler.settings_registry import setting
@@ -68,7 +69,7 @@ class Answer(NamedTuple):
 
     status: str
     addresses: tuple[str, ...] = ()
-    shared: tuple[str, ...] = ()  # those of the addresses inside CRAWLER_IP_SHARED
+    shared: tuple[str, ...] = ()  # those inside CRAWLER_IP_SHARED or CRAWLER_IP_SHARED_RANGES
 
 
 class Allowed:
@@ -181,8 +182,9 @@ class Addresses:
         self.executor = ThreadPoolExecutor(max(1, settings.getint("REACTOR_THREADPOOL_MAXSIZE")),
                                            thread_name_prefix="crawler-dns")
         self.max_addresses = setting(settings, "CRAWLER_DNS_MAX_ADDRESSES")
-        self.shared_ranges = [ipaddress.ip_network(str(n).strip(), strict=False)
-                              for n in setting(settings, "CRAWLER_IP_SHARED")]
+        # CRAWLER_IP_SHARED and the vendors' published ranges: one binary search an address
+        self.shared_ranges = shared_ranges(setting(settings, "CRAWLER_IP_SHARED"),
+                                           setting(settings, "CRAWLER_IP_SHARED_RANGES"))
 
     async def resolve(self, host: str) -> Address:
         """The first address to connect to for ``host``; refused if none is allowed."""
@@ -239,7 +241,7 @@ class Addresses:
             return Answer("refused")
         kept = entry.permitted[:self.max_addresses]
         return Answer("ok", tuple(map(str, kept)),
-                      tuple(str(a) for a in kept if any(a in n for n in self.shared_ranges)))
+                      tuple(str(a) for a in kept if a in self.shared_ranges))
 
     def permit(self, host: str, address: str) -> Address:
         """The address the frontier charged a request of ``host`` to, checked

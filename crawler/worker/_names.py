@@ -83,7 +83,7 @@ class Names:
             return
         for address, why, domains in flips:
             inc(self.stats, "crawler/ip/shared")
-            because = ("it lies in CRAWLER_IP_SHARED" if why == "range" else
+            because = ("it lies in CRAWLER_IP_SHARED or CRAWLER_IP_SHARED_RANGES" if why == "range" else
                        f"it serves {domains} registered domains, over CRAWLER_IP_SHARED_MIN_DOMAINS")
             logger.info("Address %s is a shared front end (%s): CRAWLER_IP_SHARED_DELAY and "
                         "CRAWLER_IP_SHARED_CONCURRENCY apply to it from now", address, because)

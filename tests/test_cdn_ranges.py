@@ -27,7 +27,7 @@ from crawler.cdn_ranges import BUILTIN, SOURCES, Ranges, RangesError, load, netw
 from crawler.clock import ManualClock
 from crawler.fetch._address import Addresses
 from crawler.settings_registry import BY_NAME, SettingsError, validate
-from crawler.spiders.billion import BillionSpider
+from crawler.spiders.billion import SHARED_PACE, BillionSpider
 from crawler.store import AddressPoliteness, Frontier, Keys, Lookup, Politeness
 from tests.servers import ROOT
 
@@ -83,11 +83,18 @@ def test_billion_ships_the_ranges_and_the_addon_adds_none() -> None:
     assert BY_NAME["CRAWLER_IP_SHARED_RANGES"].default == ""
     custom = BillionSpider.custom_settings
     assert custom["CRAWLER_IP_SHARED_RANGES"] == "builtin"
+    settings = Settings()
+    BillionSpider.update_settings(settings)
+    pace = {name: settings[name] for name in SHARED_PACE}
     # the model (docs/politeness.md): 2,000 domains on one edge at their own 70 s
     interval = custom["CRAWLER_DOMAIN_DELAY"] + 0.5
-    assert custom["CRAWLER_IP_SHARED_DELAY"] * BY_NAME["CRAWLER_IP_SHARED_MIN_DOMAINS"].default <= interval
+    assert pace["CRAWLER_IP_SHARED_DELAY"] * BY_NAME["CRAWLER_IP_SHARED_MIN_DOMAINS"].default <= interval
     # enough in flight for that pace with answers of up to a second
-    assert custom["CRAWLER_IP_SHARED_CONCURRENCY"] >= 1.0 / custom["CRAWLER_IP_SHARED_DELAY"]
+    assert pace["CRAWLER_IP_SHARED_CONCURRENCY"] >= 1.0 / pace["CRAWLER_IP_SHARED_DELAY"]
+    # a project's own pace wins (the test web's project runs its one address at none)
+    project = Settings({"CRAWLER_IP_SHARED_DELAY": 0.0}, priority="project")
+    BillionSpider.update_settings(project)
+    assert project["CRAWLER_IP_SHARED_DELAY"] == 0.0 and project["CRAWLER_IP_SHARED_CONCURRENCY"] == 32
 
 
 def test_a_ranges_file_that_does_not_read_is_refused_at_start(tmp_path: Path) -> None:

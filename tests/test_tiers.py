@@ -5,6 +5,7 @@ and a Redis restart. Real redis-server processes."""
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -21,7 +22,7 @@ import redis
 from crawler.clock import ManualClock
 from crawler.store import Frontier, Item, Keys
 from crawler.store.tiers import CLAIM_SECONDS, pack, unpack
-from tests.servers import RedisServer, run_scrapy, scrapy_env
+from tests.servers import ROOT, RedisServer, run_scrapy, scrapy_env
 
 
 def item(url: str, domain: str = "a.test", priority: int = 0) -> Item:
@@ -263,8 +264,10 @@ def test_a_crawl_whose_domains_pass_their_head_fetches_every_page_once(redis_url
     web = make_web(domains=2, pages=60, links=12, size_fixed=2000, private_share=0, cross_share=0, dup_share=0,
                    crawl_delay_share=0)
     starts = ",".join(web.url(d) for d in range(2))
+    # a 0.1 s delay: links arrive faster than a domain is served, so spills pass a block
+    # before a worker's tick (without one the head drains as fast and the spill moves up whole)
     result = run_scrapy(["crawl", "demo", "-a", f"start_urls={starts}", "-s", "CRAWLER_DOMAIN_QUEUE_CAP=2",
-                         "-s", "CRAWLER_FRONTIER_BLOCK=4", "-s", "CRAWLER_PROGRESS_INTERVAL=0",
+                         "-s", "CRAWLER_FRONTIER_BLOCK=4", "-s", "CRAWLER_PROGRESS_INTERVAL=0", "-s", "CRAWLER_DOMAIN_DELAY=0.1",
                          "-s", "CRAWLER_KEY_PREFIX=tiercrawl"], scrapy_env(redis_url))
     assert result.returncode == 0, result.stderr[-3000:]
     pages = Counter((e.domain, e.path) for e in web.log() if e.path.startswith("/p/"))
@@ -275,3 +278,12 @@ def test_a_crawl_whose_domains_pass_their_head_fetches_every_page_once(redis_url
     assert s["tier_packed"] > 0 and s["tier_unpacked"] == s["tier_packed"]
     assert s["queued"] == 0 and s["spill"] == 0 and s["compact"] == 0
     assert "'crawler/frontier/tier/packed'" in result.stderr
+    # the operator's view: scrapy frontier's tiers
+    shown = subprocess.run([sys.executable, "-m", "scrapy", "frontier", "demo", "--json", "-s",
+                            "CRAWLER_KEY_PREFIX=tiercrawl"], cwd=ROOT, env=scrapy_env(redis_url),
+                           capture_output=True, text=True, timeout=60)
+    tiers = json.loads(shown.stdout)[0]["tiers"]
+    assert tiers["packed"] == tiers["unpacked"] == s["tier_packed"] and tiers["head"] == tiers["compact"] == 0
+    text = subprocess.run([sys.executable, "-m", "scrapy", "frontier", "demo", "-s", "CRAWLER_KEY_PREFIX=tiercrawl"],
+                          cwd=ROOT, env=scrapy_env(redis_url), capture_output=True, text=True, timeout=60).stdout
+    assert f"tiers         head 0, spill 0, compact 0 in 0.0 MiB; {s['tier_packed']} packed" in text, text

@@ -65,9 +65,8 @@ RATE_BINS = 24
 #: 1/MAX misjudges the visits they take
 SLOW = 16
 _MU_STEPS = 60
-#: bisection steps on log I for a page's interval (a relative error of about
-#: log(MAX/MIN) / 2^32)
-_INTERVAL_STEPS = 32
+#: at most this many Newton (or bisection) steps on log I for a page's interval
+_INTERVAL_STEPS = 60
 #: posterior weights below this are left out of a page's interval
 _NEGLIGIBLE = 1e-12
 
@@ -321,19 +320,30 @@ def rate_bin_of(history: History, low: float, high: float) -> int:
     return RATE_BINS - 1
 
 
-def _solve_interval(rising: Callable[[float], float], goal: float, low: float, high: float) -> float:
-    """I within [low, high] where ``rising(I)`` (non-decreasing) meets
-    ``goal``: ``low`` when it is there already, ``high`` when it never gets
-    there; else :data:`_INTERVAL_STEPS` bisection steps on log I."""
-    if rising(low) >= goal:
+def _solve_interval(value: Callable[[float], tuple[float, float]], low: float, high: float) -> float:
+    """I within [low, high] where ``value(I)`` crosses 0, ``value`` returning
+    a non-decreasing function of I and its slope in log I: ``low`` when it
+    is there already, ``high`` when it never gets there; else Newton's
+    method on log I inside the bracket, bisecting when a step leaves it."""
+    if value(low)[0] >= 0:
         return low
-    if not high > low or rising(high) <= goal:
+    if not high > low or value(high)[0] <= 0:
         return high
     lo, hi = math.log(low), math.log(high)
+    s = (lo + hi) / 2
     for _ in range(_INTERVAL_STEPS):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if rising(math.exp(mid)) < goal else (lo, mid)
-    return math.exp((lo + hi) / 2)
+        v, slope = value(math.exp(s))
+        if v < 0:
+            lo = s
+        else:
+            hi = s
+        step = v / slope if slope > 0 else math.inf
+        if abs(step) < 1e-12:
+            return math.exp(s - step)
+        s = s - step if lo < s - step < hi else (lo + hi) / 2
+        if hi - lo < 1e-12:
+            return math.exp(s)
+    return math.exp(s)
 
 
 def expected_interval(weights: Sequence[float], rates: Sequence[float], mu: float,
@@ -347,8 +357,17 @@ def expected_interval(weights: Sequence[float], rates: Sequence[float], mu: floa
     pages = [(w, r) for w, r in zip(weights, rates) if w > _NEGLIGIBLE and r > 0]
     if not pages or not math.isfinite(mu):
         return high
-    low = max(low, 1e-9)
-    return _solve_interval(lambda i: sum(w * g(r * i) / r for w, r in pages), mu, low, high)
+
+    def value(i: float) -> tuple[float, float]:  # Σ w g(rI)/r - μ, and its slope in log I: Σ w (rI)² e^(-rI) / r
+        total = slope = 0.0
+        for w, r in pages:
+            x = r * i
+            e = math.exp(-x)
+            total += w * (-math.expm1(-x) - x * e) / r
+            slope += w * x * x * e / r
+        return total - mu, slope
+
+    return _solve_interval(value, max(low, 1e-9), high)
 
 
 def expected_target_interval(weights: Sequence[float], rates: Sequence[float], target: float,
@@ -360,8 +379,16 @@ def expected_target_interval(weights: Sequence[float], rates: Sequence[float], t
     pages = [(w, r) for w, r in zip(weights, rates) if w > _NEGLIGIBLE and r > 0]
     if not pages:
         return high
-    low = max(low, 1e-9)
-    return _solve_interval(lambda i: -sum(w * freshness(r, i) for w, r in pages), -target, low, high)
+
+    def value(i: float) -> tuple[float, float]:  # target - Σ w F(r, I), and its slope in log I: Σ w g(rI)/(rI)
+        total = slope = 0.0
+        for w, r in pages:
+            x = r * i
+            total += w * freshness(r, i)
+            slope += w * g(x) / x
+        return target - total, slope
+
+    return _solve_interval(value, max(low, 1e-9), high)
 
 
 def adaptive_interval(history: History, low: int, high: int, mu: float | None,

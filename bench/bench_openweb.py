@@ -187,6 +187,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     window = args.seconds - args.warmup - 5
     cpu0, redis0 = cpu_seconds(proc.pid), cpu_seconds(redis.proc.pid)  # type: ignore[union-attr]
     web0 = cpu_seconds(web.proc.pid)  # type: ignore[union-attr]
+    calls0 = redis.client().info("commandstats")
     t0 = time.time()
     shares = profile(proc.pid, window, (args.profile_dir or tmp) / f"{name.split()[0]}.raw", args.spy_rate,
                      AREAS if args.areas else COMPONENTS)
@@ -194,6 +195,11 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     t1 = time.time()
     cpu1, redis1 = cpu_seconds(proc.pid), cpu_seconds(redis.proc.pid)  # type: ignore[union-attr]
     web1 = cpu_seconds(web.proc.pid)  # type: ignore[union-attr]
+    calls1 = redis.client().info("commandstats")
+    # Redis's time by command in the window (a script's own commands counted apart, inside evalsha's)
+    commands = {name.removeprefix("cmdstat_"): (s["calls"] - calls0.get(name, {}).get("calls", 0),
+                                                s["usec"] - calls0.get(name, {}).get("usec", 0))
+                for name, s in calls1.items()}
     memory = memory_split(proc.pid)
     assert proc.stderr is not None
     err = proc.stderr.read()
@@ -245,6 +251,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         "requests_s": sum(1 for e in log if t0 * 1000 <= e.ms < t1 * 1000) / (t1 - t0), "cpu_ms": cpu / max(new, 1) * 1000,
         "pages_per_cpu_s": new / cpu if cpu else 0.0,
         "redis_ms": (redis1 - redis0) / max(new, 1) * 1000, "rss_mb": usage.ru_maxrss / 1024, "memory": memory,
+        "redis_commands": commands,
         "shares": shares, "elapsed": time.time() - started,
         "gaps": (starts, finishes), "slack": slack, "slack_from": "end of answer" if from_end else "arrival",
         "web_cpu": (web1 - web0) / (t1 - t0),
@@ -481,6 +488,11 @@ def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess,
           f"{r['pages_total']:,} pages in all, {r['domains_active']:,} domains fetched in the window, "
           f"{r['turn_s']:.2f} s between a domain's fetches; test web so far: {tls['tls_handshakes']:,} TLS "
           f"handshakes, {tls['tls_resumed']:,} resumed")
+    if r.get("redis_commands") and "billion" in label_ or "ours" in label_:
+        pages = max(int(r["new"]), 1)  # type: ignore[call-overload]
+        top = sorted(r["redis_commands"].items(), key=lambda kv: -kv[1][1])[:8]  # type: ignore[union-attr]
+        print("  Redis by command (us a page; calls a page): " + ", ".join(
+            f"{name} {usec / pages:.1f} ({calls / pages:.1f})" for name, (calls, usec) in top))
     memory = r["memory"]
     print(f"  resident at the window's end: glibc heap {memory['heap']:.0f} MB (C allocations: OpenSSL, "  # type: ignore[index]
           f"Lexbor...), other anonymous {memory['anon']:.0f} MB (Python's objects, large buffers), "  # type: ignore[index]

@@ -87,15 +87,20 @@ def redis_cpu(client) -> float:
 
 def dequeue(f: Frontier, client, n: int) -> dict:
     """``n`` requests taken 128 at a time and acknowledged, the tier's jobs
-    run after each take (as often as a worker whose every dequeue found a
-    head waiting would): requests/s, and Redis CPU per request."""
+    run as a worker's timer runs them (every ``CRAWLER_FLUSH_INTERVAL``,
+    0.5 s: up to 4 passes of 16 jobs), and whenever a take came back short
+    (a head waiting for its block): requests/s, and Redis CPU per request."""
     started, cpu = time.perf_counter(), redis_cpu(client)
-    taken = 0
+    taken, tick = 0, time.perf_counter()
     while taken < n:
         got = f.take(128)
         taken += len(got.items)
         f.add([], acks=[x.lease for x in got.items])
-        f.tiers.run(16)
+        if len(got.items) < 128 or time.perf_counter() - tick >= 0.5:
+            tick = time.perf_counter()
+            for _ in range(4):
+                if f.tiers.run(16).jobs < 16:
+                    break
         if not got.items and not f.tiers.run(64).jobs and not client.zcard(f.keys.key("tiers")):
             break
     elapsed = time.perf_counter() - started
@@ -134,7 +139,7 @@ def run(urls: int, per_domain: int, head: int, block: int, dedup: str, paths: li
                 f.add(items)
                 sent += n
                 calls += 1
-                if calls % 8 == 0:  # a worker's timer: the jobs due, a few passes
+                if calls % 8 == 0:  # a worker's timer: the jobs due, a few passes (8 pages' links a tick)
                     t = time.perf_counter()
                     while f.tiers.run(16).jobs == 16:
                         pass

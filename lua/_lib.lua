@@ -167,7 +167,9 @@ local function tier_refill(base, domain, prio, left, now)
   local d = defaults(base)
   if left > 0 and left * 2 >= d.head then return false end
   local q, z, s = tier_keys(base, domain, prio)
-  if redis.call('EXISTS', z) == 1 then
+  local past = redis.call('EXISTS', z, s)  -- most heads have nothing past them: one call
+  if past == 0 then return false end
+  if past == 2 or redis.call('EXISTS', z) == 1 then
     tier_job(base, 'f', domain, prio, now)
     return left == 0
   end

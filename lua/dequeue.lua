@@ -718,9 +718,14 @@ end
 -- and per address its address's turn. Each request it gives is a due
 -- revisit or its queue's head, picked by the credit rule (new_revisits).
 local function serve(domain, dkey)
-  local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts', 'busy')
+  local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts', 'busy', 'next')
   if st[4] then  -- parked: its request is out (never ready; kept out if put back by hand)
     redis.call('ZREM', ready, domain)
+    return
+  end
+  local nxt = tonumber(st[5] or '') or 0
+  if nxt > now then  -- pushed back since it came due (push_domain.lua: waiting in base:front)
+    redis.call('ZADD', ready, nxt, domain)
     return
   end
   local n = tonumber(st[1] or '0') or 0

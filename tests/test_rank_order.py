@@ -142,3 +142,20 @@ def test_billion_counts_the_domains_linking_to_each_and_loads_its_ranking(redis_
     pages = [e for e in web.log() if e.path != "/robots.txt"]
     assert given >= len({(e.domain, e.path) for e in pages})
     assert "'crawler/frontier/links_between'" in result.stderr
+
+
+def test_a_domain_pushed_back_while_it_waits_in_the_front_is_not_served(redis_client: redis.Redis,
+                                                                        clock: ManualClock) -> None:
+    """A 429's push-back (push_domain.lua) holds a domain that came due and waits in the front."""
+    f = make(redis_client, clock)
+    fill(f, ["a.test", "b.test"], per=3)
+    f.load_ranks({"a.test": 10.0})
+    taken = f.take(1)  # a.test served; b.test moved into the front and left there
+    assert [x.domain for x in taken.items] == ["a.test"] and redis_client.zscore(f.keys.key("front"), "b.test")
+    f.push_domain("b.test", 60)
+    f.add([], acks=[x.lease for x in taken.items])
+    clock.advance(0.002)
+    assert [x.domain for x in f.take(10).items] == ["a.test"]  # b.test waits its minute
+    assert redis_client.zscore(f.keys.ready, "b.test") >= clock.ms() + 59_000
+    clock.advance(61)
+    assert "b.test" in {x.domain for x in f.take(10).items}

@@ -85,6 +85,9 @@ def test_the_front_survives_between_calls_and_is_in_the_status(redis_client: red
     # the front's 7 are due (the 3 served are parked until acknowledged)
     assert status["domains_due"] == status["domains_queued"] == 7 and status["next_due_ms"] == 0
     assert redis_client.zcard(f.keys.key("front")) == 7
+    order = f.order_status(top=3)
+    assert (order["mode"], order["front"], order["ranked"]) == ("rank", 7, 1)
+    assert [d["priority"] for d in order["top"]] == [1.0] * 3 and order["top"][0]["from"] == "links"
     assert len({x.domain for x in f.take(10).items}) == 7
 
 
@@ -142,6 +145,9 @@ def test_billion_counts_the_domains_linking_to_each_and_loads_its_ranking(redis_
     pages = [e for e in web.log() if e.path != "/robots.txt"]
     assert given >= len({(e.domain, e.path) for e in pages})
     assert "'crawler/frontier/links_between'" in result.stderr
+    shown = subprocess.run([sys.executable, "-m", "scrapy", "frontier", "billion", "-s", "CRAWLER_KEY_PREFIX=ranked"],
+                           cwd=ROOT, env=scrapy_env(redis_url), capture_output=True, text=True, timeout=60).stdout
+    assert "order         rank: 0 due domains waiting in the front, 2 weighed by a ranking file" in shown, shown
 
 
 def test_a_domain_pushed_back_while_it_waits_in_the_front_is_not_served(redis_client: redis.Redis,

@@ -69,6 +69,8 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "dedup": mode,
         "seen": counters.get("enqueued", 0),
         "bloom_error_rate": frontier.bloom_error_rate() if mode == "bloom" else None,
+        # the order of due domains (docs/frontier.md): rank order's front and its best
+        "order": frontier.order_status(),
         # the compact tier: queued = head + spill + compact (docs/frontier.md)
         "tiers": {"head": status["queued"] - status["compact"] - status["spill"], "spill": status["spill"],
                   "compact": status["compact"], "compact_bytes": status["compact_bytes"],
@@ -91,6 +93,15 @@ def report(frontier: Frontier) -> dict[str, Any]:
         "sitemaps": {k[len("sitemaps_"):]: v for k, v in sorted(counters.items()) if k.startswith("sitemaps_")},
         "counters": counters,
     }
+
+
+def _order_line(o: dict[str, Any]) -> str:
+    if o["mode"] != "rank":
+        return "  order         due (the domain due longest first)"
+    best = ", ".join(f"{d['domain']} ({d['priority']:g}: weight {d['weight']:g} from its {d['from']}, "
+                     f"{d['given']} given)" for d in o["top"]) or "none"
+    return (f"  order         rank: {o['front']} due domains waiting in the front, {o['ranked']} weighed by a "
+            f"ranking file; first: {best}")
 
 
 def _tiers_line(t: dict[str, Any]) -> str:
@@ -121,6 +132,7 @@ def text(r: dict[str, Any]) -> str:
         f"{r['stale_locks']} stale locks",
         f"  dedup         {r['dedup']}, {r['seen']} URLs seen{bloom}",
         _tiers_line(r["tiers"]),
+        _order_line(r["order"]),
         f"  redis memory  {r['redis_used_memory'] / 2**20:.1f} MiB"
         + (f" of {r['redis_maxmemory'] / 2**20:.1f} MiB" if r["redis_maxmemory"] else "")
         + (f" -- OUT OF MEMORY: new URLs are dropped ({r['oom_dropped']} so far)"

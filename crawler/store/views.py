@@ -140,6 +140,32 @@ class FrontierViews:
             "domains_per_address": {name: n for (name, _, _), n in zip(buckets, spread)},
         }
 
+    def order_status(self, top: int = 5) -> dict[str, Any]:
+        """The order of due domains (docs/frontier.md): the mode, the domains
+        due and waiting in ``:front`` (the rank order's) with the ``top`` of
+        them by priority (their weight and the requests they were given), and
+        how many domains a ranking file weighs."""
+        mode = self.client.hget(self.keys.meta, "order")
+        front = self.keys.key("front")
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(front)
+        pipe.zrange(front, 0, top - 1, desc=True, withscores=True)
+        pipe.hlen(self.keys.key("rank"))
+        waiting, best, ranked = pipe.execute()
+        shown = []
+        for raw, priority in best:
+            domain = raw.decode()
+            pipe.hget(self.keys.key("rank"), domain)
+            pipe.pfcount(self.keys.key("inl", domain))
+            pipe.hget(self.keys.key("dom", domain), "given")
+        answers = pipe.execute() if best else []
+        for i, (raw, priority) in enumerate(best):
+            weight, linking, given = answers[3 * i:3 * i + 3]
+            shown.append({"domain": raw.decode(), "priority": round(priority, 3),
+                          "weight": float(weight) if weight is not None else float(linking),
+                          "from": "ranking" if weight is not None else "links", "given": int(given or 0)})
+        return {"mode": (mode or b"due").decode(), "front": waiting, "ranked": ranked, "top": shown}
+
     def recrawl_status(self, top: int = 10, scan_calls: int = RHOST_SCAN_CALLS,
                        hosts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
         """Recrawling as it stands on this shard (read only):

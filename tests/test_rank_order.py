@@ -85,6 +85,7 @@ def test_the_front_survives_between_calls_and_is_in_the_status(redis_client: red
     # the front's 7 are due (the 3 served are parked until acknowledged)
     assert status["domains_due"] == status["domains_queued"] == 7 and status["next_due_ms"] == 0
     assert redis_client.zcard(f.keys.key("front")) == 7
+    assert f.due_domains() == 7  # what the concurrency cap follows: the front's are due
     order = f.order_status(top=3)
     assert (order["mode"], order["front"], order["ranked"]) == ("rank", 7, 1)
     assert [d["priority"] for d in order["top"]] == [1.0] * 3 and order["top"][0]["from"] == "links"

@@ -140,6 +140,18 @@ class FrontierViews:
             "domains_per_address": {name: n for (name, _, _), n in zip(buckets, spread)},
         }
 
+    def due_domains(self, within: float = 0.0) -> int:
+        """Domains with queued requests due within ``within`` seconds on the
+        server's clock: those of ``:ready`` and, in the rank order, those
+        waiting in ``:front`` (all due). Parked ones (their request is out)
+        are in neither."""
+        now_ms = self.clock.server_ms(self.client)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcount(self.keys.ready, "-inf", now_ms + int(within * 1000))
+        pipe.zcard(self.keys.key("front"))
+        ready, front = pipe.execute()
+        return int(ready) + int(front)
+
     def order_status(self, top: int = 5) -> dict[str, Any]:
         """The order of due domains (docs/frontier.md): the mode, the domains
         due and waiting in ``:front`` (the rank order's) with the ``top`` of

@@ -64,10 +64,8 @@ class Services:
         ``within`` seconds on the server's clock (parked ones, whose request
         is out, are not in the ready set); 0 while Redis is away."""
         assert self.store is not None
-        store = self.store
         try:
-            now_ms = store.clock.server_ms(store.client)
-            return int(store.client.zcount(store.keys.ready, "-inf", now_ms + int(within * 1000)))
+            return self.store.due_domains(within)
         except REDIS_ERRORS as exc:
             self._guard.failed(exc)
             return 0

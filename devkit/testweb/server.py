@@ -275,6 +275,11 @@ class HTTPProtocol(asyncio.Protocol):
                     % (reply.content_type, reply.length)]
         head.extend(b"%s: %s\r\n" % pair for pair in reply.headers)
         head.append(b"Connection: keep-alive\r\n\r\n" if keep_alive else b"Connection: close\r\n\r\n")
+        bodiless = head_only or not reply.length
+        if bodiless and reply.entry is not None:
+            # the head is the whole answer (a 304, a HEAD): stamped before it goes, as the
+            # last bytes of a body are below (stamped after, a 304 could read 1 ms short)
+            self.log.done(reply.entry)
         self.transport.write(b"".join(head))
         rate = self.site.config.bandwidth
         if rate and not head_only and reply.length:
@@ -282,7 +287,7 @@ class HTTPProtocol(asyncio.Protocol):
             body = b"".join(reply.parts)
             self._pace(memoryview(body), max(1, int(rate * _TICK)), keep_alive, reply.entry)
             return
-        if reply.entry is not None:
+        if reply.entry is not None and not bodiless:
             # stamped before the bytes go: a stamp taken after the write can
             # fall after the client already has them, if this process is
             # descheduled in between (an interval 0.7 ms short, once in a while)

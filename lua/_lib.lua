@@ -113,6 +113,17 @@ local function tier_job(base, kind, domain, prio, at)
   redis.call('ZADD', base .. ':tiers', 'NX', at, kind .. '\n' .. domain .. '\n' .. prio)
 end
 
+-- the records a block holds, read from its "<count>\n" without unpacking it
+local function block_count(block)
+  return tonumber(string.match(block, '^(%d+)\n'))
+end
+
+-- whether a head holding <len> records has run low: empty, or under half
+-- of meta 'head' (a fill is due)
+local function head_low(base, len)
+  return len == 0 or len * 2 < defaults(base).head
+end
+
 -- Queues <entries> (a list, in their order) of <domain> at <prio>: at the
 -- head's front (<front>: requests given back) or after everything queued
 -- (the head's end while it has room and nothing is past it, the rest to the
@@ -164,8 +175,8 @@ end
 -- spill's front at once. Returns whether the head waits for a worker (it is
 -- empty and a block is next).
 local function tier_refill(base, domain, prio, left, now)
+  if not head_low(base, left) then return false end
   local d = defaults(base)
-  if left > 0 and left * 2 >= d.head then return false end
   local q, z, s = tier_keys(base, domain, prio)
   local past = redis.call('EXISTS', z, s)  -- most heads have nothing past them: one call
   if past == 0 then return false end
@@ -193,7 +204,7 @@ local function tier_drop(base, domain)
     local spilled = redis.call('LLEN', s)
     if spilled > 0 then redis.call('HINCRBY', stats, 'spill', -spilled) end
     for _, block in ipairs(redis.call('LRANGE', z, 0, -1)) do
-      redis.call('HINCRBY', stats, 'compact', -tonumber(string.match(block, '^(%d+)\n')))
+      redis.call('HINCRBY', stats, 'compact', -block_count(block))
       redis.call('HINCRBY', stats, 'compact_bytes', -#block)
     end
     redis.call('DEL', q, z, s)
@@ -305,6 +316,12 @@ local function ready_again(sbase, domain, now)
   if score == nil then return false end
   redis.call('ZADD', sbase .. ':ready', score, domain)
   return true
+end
+
+-- A head that waited for its block (dom:<d> 'tw', dequeue.lua's starved())
+-- waits no more: its domain goes back into its ready set.
+local function tier_unwait(base, domain, now)
+  if redis.call('HDEL', base .. ':dom:' .. domain, 'tw') == 1 then ready_again(base, domain, now) end
 end
 
 -- The request of lease <id> is done or given up: if it was charged to an

@@ -38,7 +38,7 @@ while i + 4 <= #ARGV do
   elseif kind == 'p' then
     local records, bytes = 0, 0
     for k = first, last do
-      records = records + tonumber(string.match(ARGV[k], '^(%d+)\n'))
+      records = records + block_count(ARGV[k])
       bytes = bytes + #ARGV[k]
     end
     if records > 0 and records <= redis.call('LLEN', s) then
@@ -56,7 +56,7 @@ while i + 4 <= #ARGV do
     more = redis.call('LLEN', s) >= d.block
   else
     local block = redis.call('LINDEX', z, 0)
-    if block and tonumber(string.match(block, '^(%d+)\n')) == n then
+    if block and block_count(block) == n then
       redis.call('LPOP', z)
       for k = first, last, 500 do redis.call('RPUSH', q, unpack(ARGV, k, math.min(k + 499, last))) end
       redis.call('HINCRBY', dkey, field, 1)
@@ -64,12 +64,12 @@ while i + 4 <= #ARGV do
       redis.call('HINCRBY', stats, 'compact_bytes', -#block)
       redis.call('HINCRBY', stats, 'tier_unpacked', n)
       applied = applied + 1
-      if redis.call('HDEL', dkey, 'tw') == 1 then ready_again(base, domain, now) end
+      tier_unwait(base, domain, now)
     elseif block then
       refused = refused + 1
       redis.call('HINCRBY', stats, 'tier_refused', 1)
     end
-    more = block ~= nil and redis.call('LLEN', q) * 2 < math.max(d.head, 1) and redis.call('EXISTS', z) == 1
+    more = block ~= nil and head_low(base, redis.call('LLEN', q)) and redis.call('EXISTS', z) == 1
   end
   if more then
     redis.call('ZADD', base .. ':tiers', 'XX', now, job)

@@ -30,7 +30,7 @@ for _, job in ipairs(redis.call('ZRANGEBYSCORE', base .. ':tiers', '-inf', now, 
     if len >= d.block then work = redis.call('LRANGE', s, 0, math.min(len - len % d.block, most) - 1) end
   elseif kind == 'f' then
     work = redis.call('LINDEX', z, 0)
-    if not work and redis.call('HDEL', dkey, 'tw') == 1 then ready_again(base, domain, now) end
+    if not work then tier_unwait(base, domain, now) end
   end
   if work then
     redis.call('ZADD', base .. ':tiers', now + claim, job)

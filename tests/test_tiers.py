@@ -238,16 +238,16 @@ def test_a_worker_sigkilled_holding_a_job_loses_nothing(redis_url: str, redis_cl
     entries = urls(40)
     f.add([item(e.decode()) for e in entries])
     code = textwrap.dedent(f"""
-        import sys, time, redis
+        import sys, redis
         from crawler.clock import ManualClock
         from crawler.store import Frontier, Keys
         client = redis.Redis.from_url({redis_url!r})
         f = Frontier(client, Keys("crawler", "t", 0), domain_cap=2, block=4, clock=ManualClock(client))
         f.scripts.tier_take(keys=[f.keys.base], args=[10, 30000, 32])
         print("taken", flush=True)
-        time.sleep(600)
+        sys.stdin.read()  # held until it is killed
     """)
-    worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    worker = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert worker.stdout is not None and worker.stdout.readline().strip() == "taken"
         worker.send_signal(signal.SIGKILL)

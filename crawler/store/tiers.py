@@ -64,11 +64,17 @@ def unpack(block: bytes) -> list[bytes]:
         body = zlib.decompress(data[1:])
     except zlib.error as exc:
         raise ValueError(f"a block of the compact tier does not decompress: {exc}") from None
-    if data[:1] == b"n":
-        records = body.split(b"\n") if int(count) else []
-        if len(records) != int(count):
-            raise ValueError(f"a block of the compact tier says {int(count)} records and holds {len(records)}")
-        return records
+    records = _split_lines(body, int(count)) if data[:1] == b"n" else _split_framed(body)
+    if len(records) != int(count):
+        raise ValueError(f"a block of the compact tier says {int(count)} records and holds {len(records)}")
+    return records
+
+
+def _split_lines(body: bytes, count: int) -> list[bytes]:
+    return body.split(b"\n") if count else []
+
+
+def _split_framed(body: bytes) -> list[bytes]:
     records, i = [], 0
     while i < len(body):
         if i + 4 > len(body):
@@ -78,8 +84,6 @@ def unpack(block: bytes) -> list[bytes]:
         i += 4 + n
         if i > len(body):
             raise ValueError("a block of the compact tier ends inside a record")
-    if len(records) != int(count):
-        raise ValueError(f"a block of the compact tier says {int(count)} records and holds {len(records)}")
     return records
 
 

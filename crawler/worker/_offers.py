@@ -109,7 +109,7 @@ class Offers:
                 continue
             domain = domain_of(url)
             item = Item(digest, domain, priority, codec.encode_url(url, depth))
-            target = shard_of(domain, self.shards) if self.shards > 1 else self.shard
+            target = self._shard_of(domain)
             if target == self.shard:
                 self.writes.add(item)
             elif self.forward:
@@ -121,6 +121,9 @@ class Offers:
         if known:
             inc(self.stats, "crawler/frontier/duplicates_local", known)
         return offered + known
+
+    def _shard_of(self, domain: str) -> int:
+        return shard_of(domain, self.shards) if self.shards > 1 else self.shard
 
     def links_from(self, source: str, urls: Iterable[str]) -> int:
         """The rank order's in-links: the page of registered domain ``source``
@@ -137,7 +140,7 @@ class Offers:
             if len(self._pairs) >= self.links_between:
                 self._pairs.clear()
             self._pairs.add((source, target))
-            self.writes.link(shard_of(target, self.shards) if self.shards > 1 else self.shard, target, source)
+            self.writes.link(self._shard_of(target), target, source)
             sent += 1
         return sent
 

@@ -76,7 +76,7 @@ class WriteBuffer:
         self.acks: list[str | Ack] = []
         #: sitemap <lastmod> hints for tracked URLs (recrawl on): sent after the items, advice only
         self.hints: list[Hint] = []
-        #: rank order: (target domain, linking domain) pairs, by the target's shard (``Offers._link``)
+        #: rank order: (target domain, linking domain) pairs, by the target's shard (``Offers.links_from``)
         self.links: dict[int, list[tuple[str, str]]] = {}
         #: leases whose retry Redis refused for want of memory: not acknowledged, handed back at close
         self.kept: list[str] = []

@@ -88,6 +88,25 @@ local function defaults(base)
   return defaults_cache
 end
 
+-- A domain's weight, what its place in the rank order and its budget grow
+-- with (docs/frontier.md): a ranking file's (base:rank) else the domains seen
+-- linking to it (base:inl:<d>, a HyperLogLog the workers add to). Counted at
+-- each call while under LINKS_DENSE (a sparse HyperLogLog counts cheaply);
+-- past it (a dense one reads its 16,384 registers) at most every
+-- LINKS_RECOUNT_MS, kept in dom:<d> 'w' and 'wt' (<w>, <wt>: their values as
+-- read by the caller) between.
+local LINKS_RECOUNT_MS, LINKS_DENSE = 600000, 1000
+local function domain_weight(base, domain, dkey, w, wt, now)
+  local ranked = tonumber(redis.call('HGET', base .. ':rank', domain) or '')
+  if ranked then return ranked end
+  w = tonumber(w or '')
+  if not w or w < LINKS_DENSE or now - (tonumber(wt or '0') or 0) >= LINKS_RECOUNT_MS then
+    w = redis.call('PFCOUNT', base .. ':inl:' .. domain)
+    redis.call('HSET', dkey, 'w', w, 'wt', now)
+  end
+  return w
+end
+
 -- The compact tier (docs/frontier.md). A domain's queue at priority <p> is
 -- three lists, served in this order: q:<d>:<p>, the head (raw records,
 -- what dequeue.lua pops); z:<d>:<p>, blocks (each a run of records the
@@ -522,6 +541,27 @@ local function new_offer(base, mode, budget)
     return true
   end
 
+  -- a domain's budget: <budget> URLs admitted, or with meta 'budget_max'
+  -- above it (a budget by rank), <budget> x (1 + its weight), at most
+  -- budget_max; read once a call per domain past <budget>. A domain found at
+  -- its budget is counted once in :stats 'budgets_spent' (dom:<d> 'spent').
+  local budget_max, limits, spent = nil, {}, {}
+  local function budget_of(domain)
+    local limit = limits[domain]
+    if limit ~= nil then return limit end
+    if budget_max == nil then
+      budget_max = tonumber(redis.call('HGET', base .. ':meta', 'budget_max') or '') or 0
+    end
+    local dkey = base .. ':dom:' .. domain
+    limit = budget
+    if budget_max > budget then
+      local st = redis.call('HMGET', dkey, 'w', 'wt')
+      limit = math.min(budget_max, math.floor(budget * (1 + domain_weight(base, domain, dkey, st[1], st[2], now))))
+    end
+    limits[domain] = limit
+    return limit
+  end
+
   local self = {}
   function self.one(a, b, domain, prio, entry, filter)
     local seen = false
@@ -538,9 +578,15 @@ local function new_offer(base, mode, budget)
       totals[domain] = tonumber(st[2] or '0') or 0
     end
     -- over-budget URLs are not marked seen: offered again once the budget
-    -- is raised, they are taken
-    if budget > 0 and totals[domain] >= budget then
+    -- is raised (or the domain's weight raised it), they are taken
+    if budget > 0 and totals[domain] >= budget and totals[domain] >= budget_of(domain) then
       over = over + 1
+      if not spent[domain] then
+        spent[domain] = true
+        if redis.call('HSETNX', base .. ':dom:' .. domain, 'spent', 1) == 1 then
+          redis.call('HINCRBY', base .. ':stats', 'budgets_spent', 1)
+        end
+      end
     else
       local new = true
       if filter == '1' then

@@ -799,26 +799,12 @@ end
 
 -- meta order 'rank' (docs/frontier.md): due domains wait in base:front,
 -- scored by their priority, (1 + their weight) / (1 + requests they were
--- given): the weight a ranking file's (base:rank) else the domains seen
--- linking to them (base:inl:<d>, a HyperLogLog the workers add to): counted
--- at each move while under LINKS_DENSE (a sparse HyperLogLog counts cheaply),
--- past it (a dense one reads its 16,384 registers) at most every
--- LINKS_RECOUNT_MS, kept in dom:<d> 'w' and 'wt' between
+-- given): _lib.lua's domain_weight()
 local FRONT_MOVE = 1000  -- due domains moved into base:front per call at most
-local LINKS_RECOUNT_MS, LINKS_DENSE = 600000, 1000
 local function priority_of(domain)
   local dkey = base .. ':dom:' .. domain
   local st = redis.call('HMGET', dkey, 'given', 'w', 'wt')
-  local given = tonumber(st[1] or '0') or 0
-  local w = tonumber(redis.call('HGET', base .. ':rank', domain) or '')
-  if not w then
-    w = tonumber(st[2] or '')
-    if not w or w < LINKS_DENSE or now - (tonumber(st[3] or '0') or 0) >= LINKS_RECOUNT_MS then
-      w = redis.call('PFCOUNT', base .. ':inl:' .. domain)
-      redis.call('HSET', dkey, 'w', w, 'wt', now)
-    end
-  end
-  return (1 + w) / (1 + given)
+  return (1 + domain_weight(base, domain, dkey, st[2], st[3], now)) / (1 + (tonumber(st[1] or '0') or 0))
 end
 
 -- the due domains, until <want> requests are taken: in order of their turn

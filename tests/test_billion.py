@@ -163,7 +163,8 @@ def test_domain_budget_and_exclusions(redis_url: str, make_web, tmp_path: Path) 
     exclude.write_text("# site owners who asked us not to crawl\nd3.test\n")
     proc = subprocess.Popen(
         [sys.executable, "-m", "scrapy", *billion(seeds=seeds_of(web, tmp_path), settings=(
-            "CRAWLER_DOMAIN_BUDGET=25", f"CRAWLER_EXCLUDE_FILE={exclude}", "CRAWLER_DOMAIN_DELAY=0.05"))],
+            "CRAWLER_DOMAIN_BUDGET=25", "CRAWLER_DOMAIN_BUDGET_MAX=0", f"CRAWLER_EXCLUDE_FILE={exclude}",
+            "CRAWLER_DOMAIN_DELAY=0.05"))],
         cwd=ROOT, env=env(redis_url), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     client = redis.Redis.from_url(redis_url)
     wait_until(lambda: sum(e.domain == "d2.test" for e in web.log()) >= 3 or proc.poll() is not None, 30,
@@ -174,11 +175,33 @@ def test_domain_budget_and_exclusions(redis_url: str, make_web, tmp_path: Path) 
     assert proc.returncode == 0, err[-3000:]
     pages = Counter(e.domain for e in web.log() if e.path != "/robots.txt")
     assert pages["d3.test"] == 0  # excluded by the file: never fetched
-    assert all(pages[d] <= 25 for d in ("d0.test", "d1.test"))  # the budget
+    assert all(pages[d] <= 25 for d in ("d0.test", "d1.test"))  # the budget, flat
     late = [e for e in web.log() if e.domain == "d2.test" and e.ms > excluded_at + 200]
     assert late == []  # queued URLs of an excluded domain are dropped, not fetched
     stats = {k.decode(): int(v) for k, v in client.hgetall("crawler:{billion:0}:stats").items()}
     assert stats["over_budget"] > 0 and stats["excluded"] > 0
+
+
+def test_a_domains_budget_follows_its_rank(redis_url: str, make_web, tmp_path: Path) -> None:
+    """billion's budget by rank: CRAWLER_DOMAIN_BUDGET x (1 + weight) URLs, the
+    weight a ranking file's (n / rank) else the domains seen linking to it."""
+    web = make_web(domains=3, pages=80, **{**QUIET, "cross_share": 0})
+    ranks = tmp_path / "ranks.csv"
+    ranks.write_text("1,d0.test\n2,d1.test\n")  # weights 2 and 1; d2.test unranked, linked from no domain
+    proc = subprocess.run([sys.executable, "-m", "scrapy", *billion(seeds=seeds_of(web, tmp_path), settings=(
+        "CRAWLER_DOMAIN_BUDGET=8", f"CRAWLER_RANKS={ranks}"))],
+        cwd=ROOT, env=env(redis_url), capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    client = redis.Redis.from_url(redis_url)
+    admitted = {d: int(client.hget(f"crawler:{{billion:0}}:dom:{d}", "admitted")) for d in web.domains}
+    assert admitted == {"d0.test": 24, "d1.test": 16, "d2.test": 8}
+    pages = Counter(e.domain for e in web.log() if e.path != "/robots.txt")
+    assert pages == Counter(admitted)  # each admitted URL fetched once, no more
+    stats = {k.decode(): int(v) for k, v in client.hgetall("crawler:{billion:0}:stats").items()}
+    assert stats["budgets_spent"] == 3 and stats["over_budget"] > 0
+    shown = subprocess.run([sys.executable, "-m", "scrapy", "frontier", "billion"], cwd=ROOT, env=env(redis_url),
+                           capture_output=True, text=True, timeout=60).stdout
+    assert "budget        8 URLs a domain, up to 1,000,000 by its weight (x (1 + weight)); 3 domains reached" in shown
 
 
 @pytest.mark.parametrize("separate_redis", [False, True])

@@ -380,3 +380,21 @@ def test_the_compact_tier_on_the_cluster(cluster: RedisClusterServers) -> None:
     for d, es in sent.items():
         assert [e for e in got if e.split(b"/")[2].decode() == d] == es
     frontier.clear()
+
+
+def test_a_budget_by_rank_on_the_cluster(cluster: RedisClusterServers) -> None:
+    """The weights a budget by rank reads (:rank, :inl:<d>, :meta) are in the frontier's slot."""
+    client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    frontier = Frontier(client, Keys("crawler", "cbudget", 1), politeness=Politeness(delay=0), order="rank",
+                        domain_budget=2, budget_max=5)
+    frontier.open()
+    frontier.load_ranks({"a.test": 1.0})
+    frontier.add_links([("b.test", "x.test"), ("b.test", "y.test"), ("b.test", "z.test")])
+    items = [Item(sha256(f"{d}/{i}".encode()).digest(), d, 0, f"U0 https://{d}/{i}".encode())
+             for d in ("a.test", "b.test", "c.test") for i in range(8)]
+    result = frontier.add(items)
+    assert (result.added, result.over_budget) == (4 + 5 + 2, 24 - 11)
+    assert client.hget(frontier.keys.stats, "budgets_spent") == b"3"
+    keys = set(client.scan_iter(match=frontier.keys.pattern()))
+    assert len({key_slot(k) for k in keys}) == 1
+    frontier.clear()

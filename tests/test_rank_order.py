@@ -119,7 +119,8 @@ def test_a_ranking_file_in_the_due_order_is_said_and_left(redis_url: str, make_w
                              "-s", "CRAWLER_PROGRESS_INTERVAL=0"],
                             cwd=ROOT, env=scrapy_env(redis_url), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "CRAWLER_RANKS is ignored: the due order (CRAWLER_DOMAIN_ORDER = 'due') reads no ranking" in result.stderr
+    assert ("CRAWLER_RANKS is ignored: the due order (CRAWLER_DOMAIN_ORDER = 'due') with a flat budget "
+            "(CRAWLER_DOMAIN_BUDGET_MAX not above CRAWLER_DOMAIN_BUDGET) reads no ranking") in result.stderr
     assert redis.Redis.from_url(redis_url).exists("unranked:{demo:0}:rank") == 0
 
 
@@ -166,3 +167,41 @@ def test_a_domain_pushed_back_while_it_waits_in_the_front_is_not_served(redis_cl
     assert redis_client.zscore(f.keys.ready, "b.test") >= clock.ms() + 59_000
     clock.advance(61)
     assert "b.test" in {x.domain for x in f.take(10).items}
+
+
+def urls(domain: str, start: int, n: int) -> list[Item]:
+    return [Item(sha256(f"{domain}/{i}".encode()).digest(), domain, 0, f"U0 https://{domain}/{i}".encode())
+            for i in range(start, start + n)]
+
+
+def test_a_budget_by_rank_grows_with_the_domains_weight(redis_client: redis.Redis, clock: ManualClock) -> None:
+    """CRAWLER_DOMAIN_BUDGET_MAX: a domain of weight w admits budget x (1 + w)
+    URLs, at most the max; past it they are over_budget, not marked seen, and
+    taken when offered again once the weight grew."""
+    f = Frontier(redis_client, Keys("crawler", "t", 0), politeness=Politeness(delay=0.001), order="rank",
+                 domain_budget=2, budget_max=9, clock=clock)
+    f.open()
+    first = f.add(urls("a.test", 0, 5) + urls("b.test", 0, 5) + urls("c.test", 0, 5))
+    assert (first.added, first.over_budget) == (6, 9)  # weight 0: 2 each
+    assert redis_client.hget(f.keys.stats, "budgets_spent") == b"3"
+    f.add_links([("a.test", "x.test"), ("a.test", "y.test")])  # a.test weighs 2: 2 x 3 = 6
+    f.load_ranks({"b.test": 100.0})  # b.test: capped at 9
+    again = f.add(urls("a.test", 0, 12) + urls("b.test", 0, 12) + urls("c.test", 0, 12))
+    # the over-budget ones were not marked seen: a.test takes 2-5, b.test 2-8;
+    # c.test, at its budget, is refused before its dedup
+    assert (again.added, again.duplicates) == (4 + 7, 2 + 2)
+    assert again.over_budget == (12 - 6) + (12 - 9) + 12
+    admitted = {d: int(redis_client.hget(f.keys.key("dom", d), "admitted")) for d in ("a.test", "b.test", "c.test")}
+    assert admitted == {"a.test": 6, "b.test": 9, "c.test": 2}
+    assert redis_client.hget(f.keys.stats, "budgets_spent") == b"3"  # each domain counted once
+    assert redis_client.hget(f.keys.stats, "over_budget") == str(9 + again.over_budget).encode()
+
+
+def test_a_flat_budget_is_the_same_for_every_weight(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = Frontier(redis_client, Keys("crawler", "t", 0), politeness=Politeness(delay=0.001), order="rank",
+                 domain_budget=3, clock=clock)
+    f.open()
+    f.load_ranks({"a.test": 1000.0})
+    f.add_links([("b.test", "x.test")])
+    result = f.add(urls("a.test", 0, 5) + urls("b.test", 0, 5))
+    assert (result.added, result.over_budget) == (6, 4)

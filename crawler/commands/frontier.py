@@ -104,6 +104,15 @@ def _order_line(o: dict[str, Any]) -> str:
             f"ranking file; first: {best}")
 
 
+def _budget_line(b: dict[str, Any]) -> str:
+    if not b["base"]:
+        return "  budget        none (CRAWLER_DOMAIN_BUDGET = 0)"
+    grows = (f", up to {b['max']:,} by its weight (x (1 + weight))" if b["max"] > b["base"] else
+             ", whatever its weight")
+    return (f"  budget        {b['base']:,} URLs a domain{grows}; {b['spent']:,} domains reached theirs, "
+            f"{b['over_budget']:,} URLs refused past them (not marked seen)")
+
+
 def _tiers_line(t: dict[str, Any]) -> str:
     per = "" if t["bytes_per_queued"] is None else f"; Redis {t['bytes_per_queued']:.0f} B per queued request"
     return (f"  tiers         head {t['head']}, spill {t['spill']}, compact {t['compact']} in "
@@ -133,6 +142,7 @@ def text(r: dict[str, Any]) -> str:
         f"  dedup         {r['dedup']}, {r['seen']} URLs seen{bloom}",
         _tiers_line(r["tiers"]),
         _order_line(r["order"]),
+        _budget_line(r["order"]["budget"]),
         f"  redis memory  {r['redis_used_memory'] / 2**20:.1f} MiB"
         + (f" of {r['redis_maxmemory'] / 2**20:.1f} MiB" if r["redis_maxmemory"] else "")
         + (f" -- OUT OF MEMORY: new URLs are dropped ({r['oom_dropped']} so far)"

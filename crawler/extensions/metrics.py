@@ -80,6 +80,9 @@ COUNTERS: dict[str, tuple[str, Any]] = {
                                frontier_duplicates),
     "crawler_urls_spilled": ("URLs admitted past their domain's head, into the compact tier (kept, never dropped)",
                              "crawler/frontier/spilled"),
+    "crawler_urls_over_budget": ("URLs refused past their domain's budget (CRAWLER_DOMAIN_BUDGET, by rank up to "
+                                 "CRAWLER_DOMAIN_BUDGET_MAX): not marked seen, taken if offered after it grew",
+                                 "crawler/frontier/over_budget"),
     "crawler_tier_packed": ("Requests packed into compact-tier blocks by this process", "crawler/frontier/tier/packed"),
     "crawler_tier_unpacked": ("Requests unpacked from compact-tier blocks into heads by this process",
                               "crawler/frontier/tier/unpacked"),

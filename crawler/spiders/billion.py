@@ -102,7 +102,11 @@ class BillionSpider(scrapy.Spider):
         "CRAWLER_MAX_DEPTH": 16,
         # the pages sites list in the sitemaps their robots.txt names (docs/sitemaps.md)
         "CRAWLER_SITEMAPS": True,
-        "CRAWLER_DOMAIN_BUDGET": 100_000,
+        # a budget by rank: 10,000 URLs for a domain nobody links to, 10,000
+        # more for each domain seen linking to it (or by its CRAWLER_RANKS
+        # weight), at most a million (docs/frontier.md)
+        "CRAWLER_DOMAIN_BUDGET": 10_000,
+        "CRAWLER_DOMAIN_BUDGET_MAX": 1_000_000,
         # short of capacity, the domains that matter first: the most domains
         # seen linking to them per request given (docs/frontier.md, docs/crawl-order.md)
         "CRAWLER_DOMAIN_ORDER": "rank",

@@ -94,6 +94,7 @@ class Frontier(FrontierViews):
         overrides: dict[str, dict[str, float]] | None = None,
         domain_cap: int = 0,
         domain_budget: int = 0,
+        budget_max: int = 0,
         block: int = 128,
         order: str = "due",
         lease_seconds: float = 180.0,
@@ -122,6 +123,8 @@ class Frontier(FrontierViews):
         self.block = block
         self.order = order  # of due domains: "due" (their turn) or "rank" (docs/frontier.md)
         self.domain_budget = domain_budget
+        # a budget by rank (lua/_lib.lua's new_offer): up to this, by the domain's weight
+        self.budget_max = budget_max
         self.lease_ms = int(lease_seconds * 1000)
         # written into :meta by open(); None: the stored settings are left as they are
         # (an operator's command opening a frontier a crawl is using)
@@ -192,7 +195,8 @@ class Frontier(FrontierViews):
                                  "ip_shared_cap": a.shared_cap, "ip_shared_min": a.shared_min,
                                  "dns_ttl": _ms(a.ttl), "dns_nx": a.nx_retries, "dns_claim": _ms(a.claim)})
         # the compact tier (crawler/store/tiers.py): the head of a domain's queue, the records of a block
-        pipe.hset(meta, mapping={"head": self.domain_cap, "block": self.block, "order": self.order})
+        pipe.hset(meta, mapping={"head": self.domain_cap, "block": self.block, "order": self.order,
+                                 "budget": self.domain_budget, "budget_max": self.budget_max})
         r = self.recrawl
         if r is not None:  # design/recrawl.md E: ms where the scripts count ms
             pipe.hset(meta, mapping={"recrawl": r.mode, "rv_min": _ms(r.min), "rv_max": _ms(r.max),

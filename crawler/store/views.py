@@ -55,6 +55,7 @@ class FrontierViews:
     keys: Keys
     clock: Clock
     scripts: Scripts
+    domain_budget: int
     address_base: str
     script_keys: list[str]
 
@@ -156,14 +157,19 @@ class FrontierViews:
         """The order of due domains (docs/frontier.md): the mode, the domains
         due and waiting in ``:front`` (the rank order's) with the ``top`` of
         them by priority (their weight and the requests they were given), and
-        how many domains a ranking file weighs."""
+        how many domains a ranking file weighs; the budget of a domain
+        (``base`` URLs admitted at weight 0, raised by weight up to ``max``;
+        base 0: none), the domains found at theirs (``spent``) and the URLs
+        refused past them (``over_budget``)."""
         mode = self.client.hget(self.keys.meta, "order")
         front = self.keys.key("front")
         pipe = self.client.pipeline(transaction=False)
         pipe.zcard(front)
         pipe.zrange(front, 0, top - 1, desc=True, withscores=True)
         pipe.hlen(self.keys.key("rank"))
-        waiting, best, ranked = pipe.execute()
+        pipe.hmget(self.keys.meta, "budget", "budget_max")
+        pipe.hmget(self.keys.stats, "budgets_spent", "over_budget")
+        waiting, best, ranked, (base, budget_max), (spent, over) = pipe.execute()
         shown = []
         for raw, priority in best:
             domain = raw.decode()
@@ -176,7 +182,11 @@ class FrontierViews:
             shown.append({"domain": raw.decode(), "priority": round(priority, 3),
                           "weight": float(weight) if weight is not None else float(linking),
                           "from": "ranking" if weight is not None else "links", "given": int(given or 0)})
-        return {"mode": (mode or b"due").decode(), "front": waiting, "ranked": ranked, "top": shown}
+        # as the crawl that opened the frontier set it (the settings of this process if none did)
+        base = self.domain_budget if base is None else int(base)
+        budget = {"base": base, "max": max(int(budget_max or 0), base),
+                  "spent": int(spent or 0), "over_budget": int(over or 0)}
+        return {"mode": (mode or b"due").decode(), "front": waiting, "ranked": ranked, "top": shown, "budget": budget}
 
     def recrawl_status(self, top: int = 10, scan_calls: int = RHOST_SCAN_CALLS,
                        hosts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -57,6 +57,8 @@ class FrontierSettings:
     order: str
     ranks: str | None
     domain_budget: int
+    #: a budget by rank: the most a domain's weight raises ``domain_budget`` to (0: a flat budget)
+    budget_max: int
     forward: bool
     shard_urls: dict[int, str]
     lease_seconds: float
@@ -81,10 +83,16 @@ class FrontierSettings:
     def frontier(self, client: redis.Redis, keys: Keys, clock: Clock = SYSTEM, shards: int = 1) -> Frontier:
         """The frontier at ``keys`` (one of ``shards``) as these settings describe it."""
         return Frontier(client, keys, dedup=self.dedup, politeness=self.politeness, overrides=self.overrides,
-                        domain_cap=self.domain_cap, domain_budget=self.domain_budget, block=self.block,
+                        domain_cap=self.domain_cap, domain_budget=self.domain_budget, budget_max=self.budget_max, block=self.block,
                         order=self.order,
                         lease_seconds=self.lease_seconds, addresses=self.addresses, shards=shards, clock=clock,
                         recrawl=self.recrawl)
+
+    @property
+    def weighs(self) -> bool:
+        """Domains are weighed (a ranking file loaded, the domains linking to
+        each counted): for the rank order, or a budget by rank."""
+        return self.order == "rank" or self.budget_max > self.domain_budget > 0
 
     def revisit_budget(self, domain: str) -> float | None:
         """``adaptive``: the revisits a day ``domain``'s pages share (C.5, E):
@@ -136,6 +144,7 @@ class FrontierSettings:
             order=setting(settings, "CRAWLER_DOMAIN_ORDER"),
             ranks=setting(settings, "CRAWLER_RANKS"),
             domain_budget=setting(settings, "CRAWLER_DOMAIN_BUDGET"),
+            budget_max=setting(settings, "CRAWLER_DOMAIN_BUDGET_MAX"),
             forward=setting(settings, "CRAWLER_FORWARD_LINKS"),
             shard_urls={int(k): str(v) for k, v in setting(settings, "CRAWLER_SHARD_REDIS_URLS").items()},
             lease_seconds=lease_seconds(settings),

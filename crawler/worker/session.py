@@ -178,8 +178,9 @@ class WorkerSession(Services):
         self.store = store = config.frontier(self.server, keys, self.clock, shards)
 
         ranks = None
-        if config.ranks and config.order != "rank":
-            logger.warning("CRAWLER_RANKS is ignored: the due order (CRAWLER_DOMAIN_ORDER = 'due') reads no ranking")
+        if config.ranks and not config.weighs:
+            logger.warning("CRAWLER_RANKS is ignored: the due order (CRAWLER_DOMAIN_ORDER = 'due') with a flat "
+                           "budget (CRAWLER_DOMAIN_BUDGET_MAX not above CRAWLER_DOMAIN_BUDGET) reads no ranking")
         elif config.ranks:
             ranks = read_ranks(config.ranks, shard, shards)
 
@@ -218,7 +219,7 @@ class WorkerSession(Services):
         self._offers = Offers(spider, shard, shards, config.forward, self._writes, self._leases,
                               self._fingerprinter, self.stats, canonicalize=Canonicalizer(config.tracking),
                               dedup_start_requests=self._dedup_start_requests, hints=config.recrawl.on,
-                              links_between=LINKS_REMEMBERED if config.order == "rank" else 0)
+                              links_between=LINKS_REMEMBERED if config.weighs else 0)
         self._dead_letters = DeadLetters(self.server, keys, self._dlq_max)
         self._flusher = task.LoopingCall(self._tick)
         self._flusher.clock = self.clock.timers
@@ -463,7 +464,8 @@ class WorkerSession(Services):
         return offered
 
     def links_from(self, source: str, urls: Iterable[str]) -> int:
-        """With ``CRAWLER_DOMAIN_ORDER = "rank"``: a page of registered domain
+        """When domains are weighed (``CRAWLER_DOMAIN_ORDER = "rank"``, or a
+        budget by rank: ``FrontierSettings.weighs``): a page of registered domain
         ``source`` links to ``urls``, each other domain they name counting it
         among the domains linking to it (docs/frontier.md); stored with the
         next flush. Returns the pairs it adds (0 in the due order)."""

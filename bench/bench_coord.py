@@ -54,13 +54,13 @@ def link(domain: str, n: int) -> Item:
 
 
 def drive(url: str, dedup: str, capacity: int, seconds: float, links: int, new: float, me: int,
-          out: multiprocessing.Queue, order: str) -> None:
+          out: multiprocessing.Queue, order: str, take: int) -> None:
     f = frontier(url, dedup, capacity, order)
     fresh = int(links * new)
     pages, counter = 0, 10**9 * (me + 1)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        taken = f.take(128)
+        taken = f.take(take)
         items: list[Item] = []
         for x in taken.items:
             for k in range(links - fresh):  # already seen: the first links of its domain
@@ -84,6 +84,9 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=2)
     p.add_argument("--order", choices=["due", "rank"], default="due",
                    help="CRAWLER_DOMAIN_ORDER (rank: the weights are the domains linking, none here)")
+    p.add_argument("--take", type=int, default=128,
+                   help="requests a take asks for (a crawl's take is what its free slots allow: a few at a "
+                        "politeness-bound rate, where each call's own cost is shared by few pages)")
     args = p.parse_args()
     server = RedisServer(Path("/tmp/bench-coord"), "--save", "", "--appendonly", "no").start()
     try:
@@ -97,7 +100,7 @@ def main() -> None:
         calls0 = client.info("commandstats")
         out: multiprocessing.Queue = multiprocessing.Queue()
         procs = [multiprocessing.Process(target=drive, args=(server.url, args.dedup, capacity, args.seconds,
-                                                              args.links, args.new, i, out, args.order))
+                                                              args.links, args.new, i, out, args.order, args.take))
                  for i in range(args.clients)]
         started = time.perf_counter()
         for proc in procs:
@@ -112,7 +115,7 @@ def main() -> None:
         per_page = cpu / pages
         print(f"{pages:,} pages in {elapsed:.1f} s ({pages / elapsed:,.0f} pages/s, {args.clients} driving "
               f"processes), {args.domains:,} domains, {args.links} links a page ({args.new:.0%} new), "
-              f"dedup {args.dedup}, order {args.order}")
+              f"dedup {args.dedup}, order {args.order}, takes of {args.take}")
         print(f"Redis CPU {cpu:.2f} s = {per_page * 1e3:.3f} ms a page -> one Redis core coordinates "
               f"{1 / per_page:,.0f} pages/s (Redis was {cpu / elapsed:.0%} busy)")
         for name, stat in sorted(calls1.items()):

@@ -85,6 +85,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -172,6 +173,29 @@ def profile(pid: int, seconds: float, out: Path, rate: int = 200,
     return {name: n / total for name, n in shares.items()}
 
 
+def script_times(client: Any) -> dict[str, tuple[int, int, int, int]]:
+    """The slow log (every command, ``--script-times``) by script: name ->
+    (calls, us, median us a call, the longest call's us). A script is named by its SHA-1 as this checkout's
+    ``Scripts`` sends it; another checkout's show as ``evalsha <sha>``."""
+    from crawler.store.keys import Scripts
+
+    names = {getattr(Scripts(client), n).script.sha: n for n in Scripts.NAMES}
+    out: dict[str, list[int]] = {}  # name -> each call's us
+    for entry in client.slowlog_get(2_000_000):
+        words = entry["command"].split()
+        verb = words[0].decode().lower() if words else "?"
+        name = verb
+        if verb == "evalsha" and len(words) > 1:
+            sha = words[1].decode()
+            name = names.get(sha, f"evalsha {sha[:8]}")
+        elif verb not in ("eval",):
+            continue
+        out.setdefault(name, []).append(int(entry["duration"]))
+    client.config_set("slowlog-log-slower-than", 10000)
+    client.slowlog_reset()
+    return {k: (len(v), sum(v), int(statistics.median(v)), max(v)) for k, v in out.items()}
+
+
 def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebProcess,
         redis: RedisServer, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     redis.client().flushall()
@@ -188,6 +212,10 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     cpu0, redis0 = cpu_seconds(proc.pid), cpu_seconds(redis.proc.pid)  # type: ignore[union-attr]
     web0 = cpu_seconds(web.proc.pid)  # type: ignore[union-attr]
     calls0 = redis.client().info("commandstats")
+    if args.script_times:  # every command's time in the slow log: each script's own (it costs Redis a little)
+        redis.client().config_set("slowlog-log-slower-than", 0)
+        redis.client().config_set("slowlog-max-len", 2_000_000)
+        redis.client().slowlog_reset()
     t0 = time.time()
     shares = profile(proc.pid, window, (args.profile_dir or tmp) / f"{name.split()[0]}.raw", args.spy_rate,
                      AREAS if args.areas else COMPONENTS)
@@ -196,6 +224,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     cpu1, redis1 = cpu_seconds(proc.pid), cpu_seconds(redis.proc.pid)  # type: ignore[union-attr]
     web1 = cpu_seconds(web.proc.pid)  # type: ignore[union-attr]
     calls1 = redis.client().info("commandstats")
+    scripts = script_times(redis.client()) if args.script_times else {}
     # Redis's time by command in the window (a script's own commands counted apart, inside evalsha's)
     commands = {name.removeprefix("cmdstat_"): (s["calls"] - calls0.get(name, {}).get("calls", 0),
                                                 s["usec"] - calls0.get(name, {}).get("usec", 0))
@@ -251,7 +280,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         "requests_s": sum(1 for e in log if t0 * 1000 <= e.ms < t1 * 1000) / (t1 - t0), "cpu_ms": cpu / max(new, 1) * 1000,
         "pages_per_cpu_s": new / cpu if cpu else 0.0,
         "redis_ms": (redis1 - redis0) / max(new, 1) * 1000, "rss_mb": usage.ru_maxrss / 1024, "memory": memory,
-        "redis_commands": commands,
+        "redis_commands": commands, "redis_scripts": scripts,
         "shares": shares, "elapsed": time.time() - started,
         "gaps": (starts, finishes), "slack": slack, "slack_from": "end of answer" if from_end else "arrival",
         "web_cpu": (web1 - web0) / (t1 - t0),
@@ -493,6 +522,11 @@ def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess,
         top = sorted(r["redis_commands"].items(), key=lambda kv: -kv[1][1])[:8]  # type: ignore[union-attr]
         print("  Redis by command (us a page; calls a page): " + ", ".join(
             f"{name} {usec / pages:.1f} ({calls / pages:.1f})" for name, (calls, usec) in top))
+        if r.get("redis_scripts"):
+            top = sorted(r["redis_scripts"].items(), key=lambda kv: -kv[1][1])  # type: ignore[union-attr]
+            print("  Redis by script (us a page; calls a page; us a call: mean, median, longest): " + ", ".join(
+                f"{name} {usec / pages:.1f} ({calls / pages:.2f}; {usec / max(calls, 1):.0f}, {median}, {longest})"
+                for name, (calls, usec, median, longest) in top))
     memory = r["memory"]
     print(f"  resident at the window's end: glibc heap {memory['heap']:.0f} MB (C allocations: OpenSSL, "  # type: ignore[index]
           f"Lexbor...), other anonymous {memory['anon']:.0f} MB (Python's objects, large buffers), "  # type: ignore[index]
@@ -577,6 +611,9 @@ def main() -> None:
                         "with --shared-min under it, the crawler classes it a shared front end")
     p.add_argument("--shared-min", type=int,
                    help="our crawler's CRAWLER_IP_SHARED_MIN_DOMAINS (default: its own, 2000)")
+    p.add_argument("--script-times", action="store_true",
+                   help="Redis's time by script, from the slow log set to log every command in the window "
+                        "(it costs Redis some CPU: not for the Redis-per-page figure)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="a Scrapy setting for our crawl (e.g. CRAWLER_WARC_DIR= : a stripped-down run)")
     args = p.parse_args()

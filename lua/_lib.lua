@@ -128,8 +128,9 @@ local function tier_keys(base, domain, prio)
   return base .. ':q:' .. tail, base .. ':z:' .. tail, base .. ':s:' .. tail
 end
 
+-- a job for the workers, unless it waits already; whether it is new
 local function tier_job(base, kind, domain, prio, at)
-  redis.call('ZADD', base .. ':tiers', 'NX', at, kind .. '\n' .. domain .. '\n' .. prio)
+  return redis.call('ZADD', base .. ':tiers', 'NX', at, kind .. '\n' .. domain .. '\n' .. prio) == 1
 end
 
 -- the records a block holds, read from its "<count>\n" without unpacking it
@@ -192,7 +193,7 @@ end
 -- half of meta 'head' (or empty, whatever 'head' is now), it is topped up,
 -- from the first block (a job for a worker: 'f') or, with no block, from the
 -- spill's front at once. Returns whether the head waits for a worker (it is
--- empty and a block is next).
+-- empty and a block is next), and whether a fill job was made now.
 local function tier_refill(base, domain, prio, left, now)
   if not head_low(base, left) then return false end
   local d = defaults(base)
@@ -200,8 +201,7 @@ local function tier_refill(base, domain, prio, left, now)
   local past = redis.call('EXISTS', z, s)  -- most heads have nothing past them: one call
   if past == 0 then return false end
   if past == 2 or redis.call('EXISTS', z) == 1 then
-    tier_job(base, 'f', domain, prio, now)
-    return left == 0
+    return left == 0, tier_job(base, 'f', domain, prio, now)
   end
   local moved = redis.call('LPOP', s, math.max(d.head - left, 1))
   if not moved then return false end

@@ -78,8 +78,10 @@
 --   queued    the requests queued, as this call leaves it
 --   lookups   {host, domain, ...}: names this worker is to look up
 --   fenced    the frontier's latest failover fence, ms (0: never fenced)
+--   fills     the fill jobs of the compact tier this call made (a head run
+--             low with a block next): the caller runs the tier's jobs soon
 --   leases    from this slot on, three per lease: id, record, address
-local REPLY = {now = 1, next_due = 2, epoch = 3, seq = 4, queued = 5, lookups = 6, fenced = 7, leases = 8}
+local REPLY = {now = 1, next_due = 2, epoch = 3, seq = 4, queued = 5, lookups = 6, fenced = 7, fills = 8, leases = 9}
 
 local base = KEYS[1]
 local want = tonumber(ARGV[1])
@@ -107,7 +109,7 @@ local taken, attempts, denials = 0, 0, 0
 local function new_reply()
   local r = {}
   r[REPLY.now], r[REPLY.next_due], r[REPLY.epoch], r[REPLY.seq] = now, -1, '', 0
-  r[REPLY.queued], r[REPLY.lookups], r[REPLY.fenced] = 0, {}, fenced
+  r[REPLY.queued], r[REPLY.lookups], r[REPLY.fenced], r[REPLY.fills] = 0, {}, fenced, 0
   return r
 end
 
@@ -286,9 +288,9 @@ local function head_of(domain, take)
     local entry
     if take then entry = redis.call('LPOP', q) else entry = redis.call('LINDEX', q, 0) end
     local left = redis.call('LLEN', q)
-    if tier_refill(base, domain, prio, left, now) then
-      if not entry then return 'wait' end
-    end
+    local waits, job = tier_refill(base, domain, prio, left, now)
+    if job then out[REPLY.fills] = out[REPLY.fills] + 1 end
+    if waits and not entry then return 'wait' end
     if entry then return prio, entry end
     if redis.call('EXISTS', q, z, s) == 0 then
       redis.call('ZREM', qp, prio)

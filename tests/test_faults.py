@@ -164,7 +164,8 @@ def test_hostile_sites_do_not_stop_the_crawl(redis_url: str, make_web, tmp_path:
         [sys.executable, "-m", "scrapy", "crawl", "billion", "-a", f"seeds={seeds}",
          "-s", "CRAWLER_DOMAIN_DELAY=0", "-s", "DOWNLOAD_TIMEOUT=1", "-s", "CRAWLER_MAX_ATTEMPTS=2",
          "-s", "CRAWLER_BACKOFF_BASE=0.1", "-s", "CRAWLER_BACKOFF_JITTER=0.1", "-s", "CRAWLER_RETRY_AFTER_MAX=1",
-         "-s", "CRAWLER_MAX_DEPTH=8", "-s", "CRAWLER_DOMAIN_BUDGET=60", "-s", "CRAWLER_WARC_DIR=",
+         "-s", "CRAWLER_MAX_DEPTH=8", "-s", "CRAWLER_DOMAIN_BUDGET=60", "-s", "CRAWLER_DOMAIN_BUDGET_MAX=0",
+         "-s", "CRAWLER_WARC_DIR=",
          "-s", "CRAWLER_PROGRESS_INTERVAL=0", "-s", "CRAWLER_LEASE_SECONDS=30"],
         cwd=ROOT, env=scrapy_env(redis_url, CRAWLER_CONTACT="ops@example.org"),
         capture_output=True, text=True, timeout=300)

@@ -113,9 +113,11 @@ def test_a_head_waiting_for_its_block_leaves_the_ready_set_and_comes_back(redis_
     assert redis_client.llen(f.keys.key("z", "a.test", "0")) == 2
     first = f.take(10)  # the head's two; then the head waits for a block
     assert [x.entry for x in first.items] == entries[:2]
+    assert first.fills == 1  # the fill job it made, for the caller to run soon
     assert redis_client.zscore(f.keys.ready, "a.test") is None
     assert stats(redis_client, f)["tier_waits"] == 1
-    assert f.take(10).items == []  # nothing until a worker unpacks
+    again = f.take(10)
+    assert again.items == [] and again.fills == 0  # nothing until a worker unpacks; the job was made once
     f.tiers.run()
     assert redis_client.zscore(f.keys.ready, "a.test") is not None
     assert [x.entry for x in f.take(10).items] == entries[2:6]
@@ -287,3 +289,27 @@ def test_a_crawl_whose_domains_pass_their_head_fetches_every_page_once(redis_url
     text = subprocess.run([sys.executable, "-m", "scrapy", "frontier", "demo", "-s", "CRAWLER_KEY_PREFIX=tiercrawl"],
                           cwd=ROOT, env=scrapy_env(redis_url), capture_output=True, text=True, timeout=60).stdout
     assert f"tiers         head 0, spill 0, compact 0 in 0.0 MiB; {s['tier_packed']} packed" in text, text
+
+
+def test_a_worker_fills_a_head_its_take_ran_low_at_once_not_at_its_tick(redis_url: str, clock) -> None:
+    """A fast domain is not held to a head a tick: the take that made a fill
+    job has the worker run the tier's jobs on the next turn of the reactor."""
+    from tests.servers import open_on
+
+    scheduler = open_on(redis_url, clock, CRAWLER_DOMAIN_QUEUE_CAP=2, CRAWLER_FRONTIER_BLOCK=4,
+                        CRAWLER_FLUSH_INTERVAL=10, CRAWLER_DOMAIN_DELAY=0, CRAWLER_PREFETCH=2)
+    try:
+        session = scheduler.session
+        store = session.store
+        session.offer([f"https://a.test/{i}" for i in range(20)], canonical=True)
+        session.flush()
+        store.tiers.run()  # the spill packed into blocks
+        head = store.keys.key("q", "a.test", "0")
+        assert redis.Redis.from_url(redis_url).llen(store.keys.key("z", "a.test", "0")) == 4
+        assert scheduler.next_request() is not None  # a take of the head's 2: run low, a fill job made
+        assert scheduler.crawler.stats.get_value("crawler/frontier/tier/unpacked") is None
+        clock.advance(0)  # the reactor's next turn, long before the 10-s tick
+        assert scheduler.crawler.stats.get_value("crawler/frontier/tier/unpacked") == 4
+        assert redis.Redis.from_url(redis_url).llen(head) == 4
+    finally:
+        scheduler.close("finished")

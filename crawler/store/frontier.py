@@ -297,7 +297,8 @@ class Frontier(FrontierViews):
         names = reply[Reply.LOOKUPS]
         lookups = [(names[i].decode(), names[i + 1].decode()) for i in range(0, len(names), 2)]
         next_due = int(reply[Reply.NEXT_DUE])
-        return TakeResult(items, int(reply[Reply.NOW]), None if next_due < 0 else next_due, lookups, fenced)
+        return TakeResult(items, int(reply[Reply.NOW]), None if next_due < 0 else next_due, lookups, fenced,
+                          int(reply[Reply.FILLS]))
 
     def answer(self, lookups: Sequence[Lookup]) -> list[tuple[str, str, int]]:
         """Record lookups' answers (``dns_done.lua``); the addresses this made

@@ -171,7 +171,8 @@ class Reply(IntEnum):
     QUEUED = 4  # requests queued
     LOOKUPS = 5  # [host, domain, ...]: names this worker is to look up
     FENCED = 6  # the latest failover fence, ms (0: never fenced)
-    LEASES = 7  # from here on, three per lease: id, record, address
+    FILLS = 7  # fill jobs of the compact tier the call made: the tier's jobs are run soon
+    LEASES = 8  # from here on, three per lease: id, record, address
 
 
 @dataclass
@@ -181,6 +182,7 @@ class TakeResult:
     next_due_ms: int | None  # earliest next-fetch time of a queued domain, or of a delayed request
     lookups: list[tuple[str, str]] = field(default_factory=list)  # (host, domain) this worker is to resolve
     fenced_ms: int = 0  # the frontier's latest failover fence (server ms; 0: never fenced)
+    fills: int = 0  # fill jobs of the compact tier the call made (heads run low, a block next)
 
 
 @dataclass(frozen=True)

@@ -41,9 +41,11 @@ MIN_POLL_WAIT = 0.002
 class Intake:
     def __init__(self, store: Frontier, prefetch: int, poll_interval: float,
                  wake_in: Callable[[float], None], stats: StatsCollector | None, clock: Clock = SYSTEM,
-                 ask: Callable[[list[tuple[str, str]]], None] | None = None) -> None:
+                 ask: Callable[[list[tuple[str, str]]], None] | None = None,
+                 fill: Callable[[], None] | None = None) -> None:
         self.store = store
         self.ask = ask  # the names a call claimed for this worker to look up (per-address politeness)
+        self.fill = fill  # a call made fill jobs of the compact tier: run them soon, not at the next tick
         self.clock = clock
         self.prefetch = prefetch
         self.poll_interval = poll_interval
@@ -88,6 +90,8 @@ class Intake:
         self.buffer.extend(result.items)
         if result.lookups and self.ask is not None:
             self.ask(result.lookups)
+        if result.fills and self.fill is not None:
+            self.fill()
         if len(result.items) >= want:
             self.empty_polls = 0
             self.next_poll = 0.0  # more may be due right now

@@ -150,6 +150,7 @@ class WorkerSession(Services):
         self._loss: LossWatch
         self._dead_letters: DeadLetters
         self._flusher: task.LoopingCall | None = None
+        self._fill_call: Any = None  # a pass of the compact tier's jobs, soon (_fill_soon)
         self._names: Names | None = None  # per-address politeness: the lookups the frontier asks of this worker
         self._lookups: Addresses
         self._history: HistoryBook | None = None  # recrawl: the history writes and the domains' μ
@@ -213,7 +214,8 @@ class WorkerSession(Services):
             self._lookups = Addresses(self._settings, self.stats or _NoStats(), self.clock)
             self._names = Names(store, self._lookups.answer, self._answered, self.stats)
         self._intake = Intake(store, config.prefetch, config.poll_interval, self._waker.wake_in,
-                              self.stats, self.clock, self._names.ask if self._names is not None else None)
+                              self.stats, self.clock, self._names.ask if self._names is not None else None,
+                              self._fill_soon)
         self._writes.on_stored = self._intake.added
         self._inbox = Inbox(store, config.batch, self.stats, self.clock)
         self._offers = Offers(spider, shard, shards, config.forward, self._writes, self._leases,
@@ -275,6 +277,8 @@ class WorkerSession(Services):
             self._lookups.close()
         self._writes.cancel()
         self._leases.cancel()
+        if self._fill_call is not None and self._fill_call.active():
+            self._fill_call.cancel()
         if self._flusher is not None and self._flusher.running:
             self._flusher.stop()
 
@@ -422,6 +426,18 @@ class WorkerSession(Services):
                              "(crawler/frontier/tier/unreadable)", done.unreadable)
             if done.jobs < TIER_JOBS:
                 break
+
+    def _fill_soon(self) -> None:
+        """A take made fill jobs (a head run low, a block next): the
+        compact tier's jobs run at once, not at the next tick, so a domain
+        served faster than a head a tick is not left waiting (docs/frontier.md)."""
+        if self._fill_call is None or not self._fill_call.active():
+            self._fill_call = self.clock.timers.callLater(0, self._fill_now)
+
+    def _fill_now(self) -> None:
+        self._fill_call = None
+        if self.store is not None and not self._guard.halted:
+            self._guard.call(self._move_tiers)
 
     def _solve_mu(self) -> None:
         """``adaptive``: the μ of the domains due, read, solved and written (``_history.py``)."""

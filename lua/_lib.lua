@@ -94,15 +94,27 @@ end
 -- each call while under LINKS_DENSE (a sparse HyperLogLog counts cheaply);
 -- past it (a dense one reads its 16,384 registers) at most every
 -- LINKS_RECOUNT_MS, kept in dom:<d> 'w' and 'wt' (<w>, <wt>: their values as
--- read by the caller) between.
+-- read by the caller) between. The domains so weighed are counted by decade
+-- of their count in :stats 'wd:<k>' (k = 0 for none, 1 for 1-9, 2 for 10-99...).
 local LINKS_RECOUNT_MS, LINKS_DENSE = 600000, 1000
+local function decade(n)
+  if n < 1 then return 0 end
+  return #tostring(math.floor(n))
+end
 local function domain_weight(base, domain, dkey, w, wt, now)
   local ranked = tonumber(redis.call('HGET', base .. ':rank', domain) or '')
   if ranked then return ranked end
-  w = tonumber(w or '')
+  local was = tonumber(w or '')
+  w = was
   if not w or w < LINKS_DENSE or now - (tonumber(wt or '0') or 0) >= LINKS_RECOUNT_MS then
     w = redis.call('PFCOUNT', base .. ':inl:' .. domain)
     redis.call('HSET', dkey, 'w', w, 'wt', now)
+    local k = decade(w)
+    if was == nil or decade(was) ~= k then
+      local stats = base .. ':stats'
+      if was ~= nil then redis.call('HINCRBY', stats, 'wd:' .. decade(was), -1) end
+      redis.call('HINCRBY', stats, 'wd:' .. k, 1)
+    end
   end
   return w
 end

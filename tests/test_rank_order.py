@@ -205,3 +205,14 @@ def test_a_flat_budget_is_the_same_for_every_weight(redis_client: redis.Redis, c
     f.add_links([("b.test", "x.test")])
     result = f.add(urls("a.test", 0, 5) + urls("b.test", 0, 5))
     assert (result.added, result.over_budget) == (6, 4)
+
+
+def test_the_weights_are_counted_by_decade_as_they_change(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, clock)
+    fill(f, ["a.test", "b.test", "c.test"], per=4)
+    f.add_links([("b.test", f"s{i}.test") for i in range(5)] + [("c.test", f"s{i}.test") for i in range(12)])
+    served(f, clock, 3, batch=3)  # each weighed as it came due
+    assert f.order_status()["weights"] == {"0": 1, "1-9": 1, "10-99": 1}
+    f.add_links([("b.test", f"t{i}.test") for i in range(7)])  # b.test: 12 linking domains
+    served(f, clock, 3, batch=3)
+    assert f.order_status()["weights"] == {"0": 1, "10-99": 2}

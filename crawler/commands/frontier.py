@@ -104,6 +104,13 @@ def _order_line(o: dict[str, Any]) -> str:
             f"ranking file; first: {best}")
 
 
+def _weights_line(w: dict[str, int]) -> str:
+    if not w:
+        return "  weights       none yet (no domain weighed by the domains linking to it)"
+    shown = ", ".join(f"{span}: {n:,}" for span, n in w.items())
+    return f"  weights       {sum(w.values()):,} domains weighed by the domains seen linking to them: {shown}"
+
+
 def _budget_line(b: dict[str, Any]) -> str:
     if not b["base"]:
         return "  budget        none (CRAWLER_DOMAIN_BUDGET = 0)"
@@ -142,6 +149,7 @@ def text(r: dict[str, Any]) -> str:
         f"  dedup         {r['dedup']}, {r['seen']} URLs seen{bloom}",
         _tiers_line(r["tiers"]),
         _order_line(r["order"]),
+        _weights_line(r["order"]["weights"]),
         _budget_line(r["order"]["budget"]),
         f"  redis memory  {r['redis_used_memory'] / 2**20:.1f} MiB"
         + (f" of {r['redis_maxmemory'] / 2**20:.1f} MiB" if r["redis_maxmemory"] else "")

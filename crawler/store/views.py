@@ -160,7 +160,9 @@ class FrontierViews:
         how many domains a ranking file weighs; the budget of a domain
         (``base`` URLs admitted at weight 0, raised by weight up to ``max``;
         base 0: none), the domains found at theirs (``spent``) and the URLs
-        refused past them (``over_budget``)."""
+        refused past them (``over_budget``); ``weights``: the domains weighed
+        by the domains seen linking to them, by decade of that count
+        (``"0"``, ``"1-9"``, ``"10-99"``, ...)."""
         mode = self.client.hget(self.keys.meta, "order")
         front = self.keys.key("front")
         pipe = self.client.pipeline(transaction=False)
@@ -168,8 +170,12 @@ class FrontierViews:
         pipe.zrange(front, 0, top - 1, desc=True, withscores=True)
         pipe.hlen(self.keys.key("rank"))
         pipe.hmget(self.keys.meta, "budget", "budget_max")
-        pipe.hmget(self.keys.stats, "budgets_spent", "over_budget")
-        waiting, best, ranked, (base, budget_max), (spent, over) = pipe.execute()
+        pipe.hgetall(self.keys.stats)
+        waiting, best, ranked, (base, budget_max), counters = pipe.execute()
+        spent, over = counters.get(b"budgets_spent"), counters.get(b"over_budget")
+        # the domains weighed by the domains linking to them, by decade of that count (lua/_lib.lua's domain_weight)
+        decades = sorted((int(k[3:]), int(v)) for k, v in counters.items() if k.startswith(b"wd:") and int(v))
+        weights = {("0" if k == 0 else f"{10 ** (k - 1)}-{10 ** k - 1}"): n for k, n in decades}
         shown = []
         for raw, priority in best:
             domain = raw.decode()
@@ -186,7 +192,8 @@ class FrontierViews:
         base = self.domain_budget if base is None else int(base)
         budget = {"base": base, "max": max(int(budget_max or 0), base),
                   "spent": int(spent or 0), "over_budget": int(over or 0)}
-        return {"mode": (mode or b"due").decode(), "front": waiting, "ranked": ranked, "top": shown, "budget": budget}
+        return {"mode": (mode or b"due").decode(), "front": waiting, "ranked": ranked, "top": shown, "budget": budget,
+                "weights": weights}
 
     def recrawl_status(self, top: int = 10, scan_calls: int = RHOST_SCAN_CALLS,
                        hosts: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:

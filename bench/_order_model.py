@@ -9,6 +9,8 @@ Nothing here knows Redis: the orders are what a Redis frontier could keep
 from __future__ import annotations
 
 import heapq
+import re
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -214,6 +216,89 @@ def pagerank(g: Graph, damping: float = 0.85, tol: float = 1e-9, max_iter: int =
 HOST_KEYS = ("due", "rank", "decay", "budget", "file", "file-decay", "omniscient")
 #: within a host: which of its queued pages goes first
 WITHIN = ("fifo", "inlinks", "external", "share", "weighted", "opic", "pagerank")
+#: ``decay<alpha>``: rank / (1 + pages fetched)^alpha (``decay`` is alpha 1)
+DECAY_ALPHA = re.compile(r"decay(\d+(?:\.\d+)?)$")
+#: the skip set's default size: promoted URLs still in the FIFO (see ``Frontier``)
+SKIP_CAP = 64
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """A within-host order the production frontier can carry: no state per
+    queued URL, only per domain and bounded. Named by ``+``-joined parts
+    (``Frontier.parse``):
+
+    - ``sketch<K>t<T>[m]``: a Space-Saving sketch of at most K counters per
+      host over the links seen to URLs the dedup has already seen (it cannot
+      tell queued from fetched): a URL seen again is counted (+1) if held,
+      else takes a free counter at 1, else replaces the minimum counter and
+      inherits its count + 1. When the host is served, the held URL of the
+      highest count >= T is fetched first (the sketch keeps the request);
+      else the FIFO. Plain: a fetched URL is dropped from the sketch (it comes
+      back on its next sighting, and may be fetched again: a double fetch).
+      ``m``: a fetched URL stays as a tombstone (counted, never promoted,
+      replaced like any counter when it is the minimum).
+    - ``g``: promote on a counter's guaranteed count (its count less what it
+      inherited when it replaced another: Space-Saving's error), not its count.
+    - ``r<R>``: a per-host memory of the R URLs fetched last (LRU: a sighting
+      of one refreshes it): a sighting of a URL it holds is not counted, so a
+      fetched page linked from every page (a menu) is not promoted again.
+    - ``p<N>``: the skip set's size (default ``SKIP_CAP``; 0 unbounded): a
+      promoted URL is still in the FIFO (its compressed blocks cannot drop
+      it), so it is remembered, and skipped when the FIFO reaches it; one
+      evicted from a full skip set (oldest first) is fetched again there.
+    - lanes at discovery, FIFO within each, no per-URL state: ``x`` a URL
+      first found on another host's page; ``e<N>`` one first found on a page
+      of its own host fetched among that host's first N fetches (``e1``: the
+      home page); ``xe<N>`` either in one lane; ``x+e<N>`` three lanes, x
+      above e above the rest."""
+
+    k: int = 0  # 0: no sketch
+    t: int = 1
+    memory: bool = False
+    guaranteed: bool = False
+    recent: int = 0
+    skip: int = SKIP_CAP
+    x: bool = False
+    early: int = 0
+    joint: bool = False  # x and early in one lane
+
+    @classmethod
+    def parse(cls, name: str) -> Frontier | None:
+        kw: dict[str, object] = {}
+        for part in name.split("+"):
+            if m := re.fullmatch(r"sketch(\d+)t(\d+)(m?)", part):
+                kw.update(k=int(m[1]), t=int(m[2]), memory=bool(m[3]))
+            elif part == "g":
+                kw["guaranteed"] = True
+            elif m := re.fullmatch(r"r(\d+)", part):
+                kw["recent"] = int(m[1])
+            elif m := re.fullmatch(r"p(\d+)", part):
+                kw["skip"] = int(m[1])
+            elif part == "x":
+                kw["x"] = True
+            elif m := re.fullmatch(r"xe(\d+)", part):
+                kw.update(x=True, early=int(m[1]), joint=True)
+            elif m := re.fullmatch(r"e(\d+)", part):
+                kw["early"] = int(m[1])
+            else:
+                return None
+        f = cls(**kw)  # type: ignore[arg-type]
+        if (f.k and f.k < 1) or f.t < 1 or (f.early and f.early < 1) or not (f.k or f.x or f.early):
+            return None
+        return f
+
+    @property
+    def lanes(self) -> int:
+        return 1 + (1 if self.joint else int(self.x) + int(self.early > 0))
+
+
+def host_alpha(host: str) -> float | None:
+    """The decay exponent of a ``decay``/``decay<alpha>`` host order, else None."""
+    if host == "decay":
+        return 1.0
+    m = DECAY_ALPHA.fullmatch(host)
+    return float(m[1]) if m else None
 
 
 @dataclass(frozen=True)
@@ -234,14 +319,23 @@ class Order:
 
     Within a host: ``fifo`` (discovery order: breadth-first), ``inlinks``
     (links seen so far from fetched pages, ties FIFO), ``opic`` (OPIC cash:
-    a fetched page's cash split over its links), ``pagerank`` (the truth)."""
+    a fetched page's cash split over its links), ``pagerank`` (the truth).
+
+    ``decay<alpha>`` (``decay1.25``) decays by (1 + pages fetched)^alpha; a
+    ``Frontier`` name within (``sketch16t2m``, ``x``, ``sketch16t2m+x``) is an
+    order the production frontier can keep, with double fetches modelled."""
+
+    @property
+    def frontier(self) -> Frontier | None:
+        return None if self.within in WITHIN else Frontier.parse(self.within)
 
     name: str
     host: str
     within: str
 
     def __post_init__(self) -> None:
-        if self.host not in HOST_KEYS or self.within not in WITHIN:
+        if (self.host not in HOST_KEYS and host_alpha(self.host) is None) or (
+                self.within not in WITHIN and Frontier.parse(self.within) is None):
             raise ValueError(f"unknown order {self.host}/{self.within}")
         if self.host == "omniscient" and self.within != "pagerank":
             raise ValueError("the omniscient order takes pages by their true PageRank")
@@ -258,10 +352,19 @@ class Crawl:
     ticks: int
     due_hosts: list[int] = field(default_factory=list)  # hosts due with work, per tick
     seconds: float = 0.0
+    #: per entry of ``fetched``: a slot spent fetching a page already fetched (a ``Frontier``
+    #: order's double fetch: it takes the slot and the host's turn, counts as a page fetched from
+    #: the host, and its links are followed again; the page's ``fetch_tick`` is its first fetch)
+    #: None for the other orders (they fetch a page once)
+    double: npt.NDArray[np.bool_] | None = None
     #: what a Redis frontier would do for these pages, summed (the docs' cost per page):
     #: ``pfadd`` one per (fetched page, other host it links to), ``new_pairs`` those that
     #: raised a host's count, ``rank_updates`` (tick, host) whose count rose, ``increments``
-    #: links to a page already queued (its in-link score raised), ``links`` all links followed
+    #: links to a page already queued (its in-link score raised), ``links`` all links followed;
+    #: a ``Frontier`` order's too: ``double`` fetches, ``sightings`` sketch updates, ``recent_hits``
+    #: links to a page its host fetched last (not counted), ``promotions`` pages the sketch served,
+    #: ``replaced`` counters, ``skip_evicted``, ``skipped`` FIFO entries; at the end ``sketch_held``,
+    #: ``sketch_hosts``, ``recent_held``, ``skip_held`` entries and ``skip_max`` (one host's most)
     costs: dict[str, int] = field(default_factory=dict)
 
 
@@ -319,6 +422,20 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
     score = np.zeros(n)  # the within-host score of external, share, weighted
     score_of = {"fifo": None, "inlinks": inl, "opic": cash, "pagerank": pr}.get(order.within, score)
     seqno = 0
+    alpha = host_alpha(order.host)
+    fr = order.frontier
+    # a Frontier order's per-host state (made on first use): its FIFO lanes (lowest first), the
+    # sketch (page -> count), its tombstones (fetched, kept counted), the skip set (promoted,
+    # still in the FIFO; insertion-ordered). ``qlen`` counts the FIFO's entries not in the skip set.
+    lanes_of: dict[int, list[deque[int]]] = {}
+    sketch: dict[int, dict[int, int]] = {}
+    tombs: dict[int, set[int]] = {}
+    skips: dict[int, dict[int, None]] = {}
+    errs: dict[int, dict[int, int]] = {}  # ``g``: what a counter inherited
+    recent: dict[int, dict[int, None]] = {}  # ``r<R>``: the host's R pages fetched last, LRU
+    ford = np.zeros(n, dtype=np.int64)  # a page's fetch ordinal within its host (the e<N> lane)
+    fcost = dict.fromkeys(("double", "sightings", "recent_hits", "promotions", "replaced", "skip_evicted",
+                           "skipped"), 0)
 
     def push(pages: Ints, tick: int) -> None:
         """Queue pages newly known or whose score changed (duplicates allowed:
@@ -351,6 +468,114 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
             assert pr is not None
             np.maximum.at(top, hs, pr[live])
 
+    def fpush(pages: Ints, lanes: Ints, tick: int) -> None:
+        """A Frontier order: pages newly known, each into its lane's FIFO."""
+        nonlocal seqno
+        state[pages] = QUEUED
+        disc[pages] = tick
+        seq[pages] = np.arange(seqno, seqno + pages.size)
+        seqno += pages.size
+        nl = fr.lanes if fr else 1
+        for h, p, lane in zip(host_of[pages].tolist(), pages.tolist(), lanes.tolist()):
+            qs = lanes_of.get(h)
+            if qs is None:
+                qs = lanes_of[h] = [deque() for _ in range(nl)]
+            qs[lane].append(p)
+            if qlen[h] == 0:
+                ready[h] = max(ready[h], tick + 1)
+            qlen[h] += 1
+
+    def sight(pages: list[int]) -> None:
+        """A Frontier order's sketch: links to URLs the dedup has seen (queued or fetched)."""
+        assert fr is not None
+        k, rc = fr.k, fr.recent
+        for p in pages:
+            h = int(host_of[p])
+            if rc:
+                rs = recent.get(h)
+                if rs is not None and p in rs:
+                    del rs[p]
+                    rs[p] = None  # refreshed
+                    fcost["recent_hits"] += 1
+                    continue
+            fcost["sightings"] += 1
+            d = sketch.get(h)
+            if d is None:
+                d = sketch[h] = {}
+            if p in d:
+                d[p] += 1
+            elif len(d) < k:
+                d[p] = 1
+            else:
+                q = min(d, key=d.__getitem__)
+                c = d.pop(q)
+                if fr.memory:
+                    tombs.get(h, set()).discard(q)
+                if fr.guaranteed:
+                    e = errs.setdefault(h, {})
+                    e.pop(q, None)
+                    e[p] = c
+                d[p] = c + 1
+                fcost["replaced"] += 1
+
+    def remember(h: int, p: int) -> None:
+        assert fr is not None
+        if fr.recent:
+            rs = recent.setdefault(h, {})
+            rs.pop(p, None)
+            rs[p] = None
+            if len(rs) > fr.recent:
+                del rs[next(iter(rs))]
+
+    def fpop(h: int) -> tuple[int, bool]:
+        """A Frontier order's next page of host ``h``, and whether it was fetched already."""
+        assert fr is not None
+        d = sketch.get(h)
+        if d:
+            tb = tombs.get(h) if fr.memory else None
+            er = errs.get(h, {}) if fr.guaranteed else {}
+            best, bc = -1, fr.t - 1
+            for q, c in d.items():
+                c -= er.get(q, 0)
+                if c > bc and (tb is None or q not in tb):
+                    best, bc = q, c
+            if best >= 0:
+                fcost["promotions"] += 1
+                if fr.memory:
+                    tombs.setdefault(h, set()).add(best)
+                else:
+                    del d[best]
+                    er.pop(best, None)
+                remember(h, best)
+                if state[best] == FETCHED:
+                    return best, True
+                sp = skips.setdefault(h, {})
+                sp[best] = None  # still in the FIFO: skipped when the FIFO reaches it
+                qlen[h] -= 1
+                if fr.skip and len(sp) > fr.skip:
+                    del sp[next(iter(sp))]  # forgotten: the FIFO will fetch it again
+                    qlen[h] += 1
+                    fcost["skip_evicted"] += 1
+                return best, False
+        sp = skips.get(h)
+        for lane in reversed(lanes_of[h]):
+            while lane:
+                p = lane.popleft()
+                if sp and p in sp:
+                    del sp[p]
+                    fcost["skipped"] += 1
+                    continue
+                qlen[h] -= 1
+                if d and p in d:
+                    if fr.memory:
+                        tombs.setdefault(h, set()).add(p)
+                    else:
+                        del d[p]
+                        errs.get(h, {}).pop(p, None)
+                remember(h, p)
+                return p, bool(state[p] == FETCHED)
+        raise AssertionError(f"host {h} served with nothing queued")
+
     def pop(h: int) -> int:
         hp = heaps[h]
         while True:
@@ -365,8 +590,12 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
 
     seeds = np.asarray(seeds, dtype=np.int64)
     cash[seeds] = 1.0 / max(1, seeds.size)
-    push(seeds, -1)
+    if fr is None:
+        push(seeds, -1)
+    else:
+        fpush(np.unique(seeds), np.zeros(np.unique(seeds).size, dtype=np.int64), -1)
     fetched: list[Ints] = []
+    doubles: list[npt.NDArray[np.bool_]] = []
     total = 0
     due_hosts: list[int] = []
     costs = dict.fromkeys(("pfadd", "new_pairs", "rank_updates", "increments", "links"), 0)
@@ -385,8 +614,8 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
             primary = None
         elif order.host == "rank":
             primary = 1.0 + linkers
-        elif order.host == "decay":
-            primary = (1.0 + linkers) / (1.0 + fetched_h)
+        elif alpha is not None:
+            primary = (1.0 + linkers) / ((1.0 + fetched_h) if alpha == 1.0 else (1.0 + fetched_h) ** alpha)
         elif order.host == "budget":
             rank = 1.0 + linkers
             known = qlen > 0
@@ -401,13 +630,23 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
         else:
             primary = top
         pick = _pick(elig, primary, secondary, min(slots, until - total))
-        f = np.fromiter((pop(h) for h in pick.tolist()), dtype=np.int64, count=pick.size)
-        state[f] = FETCHED
-        ftick[f] = tick
-        qlen[pick] -= 1
+        if fr is None:
+            f = np.fromiter((pop(h) for h in pick.tolist()), dtype=np.int64, count=pick.size)
+            dbl = np.zeros(f.size, dtype=bool)
+            qlen[pick] -= 1
+        else:
+            got = [fpop(h) for h in pick.tolist()]
+            f = np.fromiter((p for p, _ in got), dtype=np.int64, count=pick.size)
+            dbl = np.fromiter((d for _, d in got), dtype=bool, count=pick.size)
+            fcost["double"] += int(dbl.sum())
+        fresh = f[~dbl]
+        state[fresh] = FETCHED
+        ftick[fresh] = tick
+        ford[fresh] = fetched_h[pick[~dbl]]
         fetched_h[pick] += 1
         ready[pick] = tick + delay
         fetched.append(f)
+        doubles.append(dbl)
         total += f.size
 
         # follow the fetched pages' links
@@ -441,13 +680,40 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
                 np.add.at(cash, targets, np.repeat(cash[f] / deg.clip(1), deg))
             cash[f] = 0.0
             uniq, first = np.unique(targets, return_index=True)
-            push(uniq[np.argsort(first, kind="stable")], tick)
+            by_first = np.argsort(first, kind="stable")
+            if fr is None:
+                push(uniq[by_first], tick)
+            else:
+                pages, firsts = uniq[by_first], first[by_first]
+                isnew = state[pages] == UNKNOWN
+                new, at = pages[isnew], firsts[isnew]
+                srcs = sources[at]
+                ext = host_of[srcs] != host_of[new]
+                early = ~ext & (ford[srcs] < fr.early)
+                if fr.joint:
+                    lane = (ext | early).astype(np.int64)
+                else:
+                    lane = (ext if fr.x else np.zeros(new.size, dtype=bool)).astype(np.int64) * (1 + int(fr.early > 0))
+                    lane += early.astype(np.int64)
+                if fr.k:
+                    seen = np.ones(m, dtype=bool)
+                    seen[at] = False  # every link but the one that found a page new this tick
+                    sight(targets[seen].tolist())
+                fpush(new, lane, tick)
         else:
             cash[f] = 0.0
         tick += 1
+    if fr is not None:
+        costs.update(fcost)
+        costs["skip_held"] = sum(len(v) for v in skips.values())
+        costs["skip_max"] = max((len(v) for v in skips.values()), default=0)
+        costs["sketch_held"] = sum(len(v) for v in sketch.values())
+        costs["sketch_hosts"] = sum(1 for v in sketch.values() if v)
+        costs["recent_held"] = sum(len(v) for v in recent.values())
     return Crawl(order=order, fetched=np.concatenate(fetched) if fetched else np.zeros(0, dtype=np.int64),
                  fetch_tick=ftick, discover_tick=disc, ticks=tick, due_hosts=due_hosts,
-                 seconds=time.perf_counter() - t0, costs={**costs, "new_pairs": len(pairs)})
+                 seconds=time.perf_counter() - t0, costs={**costs, "new_pairs": len(pairs)},
+                 double=np.concatenate(doubles) if fr is not None and doubles else None)
 
 
 # --------------------------------------------------------------- measurement
@@ -478,9 +744,13 @@ def top_pages(pr: Floats, share: float = 0.001) -> Ints:
 
 
 def curve(crawl: Crawl, pr: Floats, top: Ints) -> Curve:
+    """After each fetch (a double fetch a slot spent for nothing)."""
     is_top = np.zeros(pr.size, dtype=bool)
     is_top[top] = True
-    return Curve(mass=np.cumsum(pr[crawl.fetched]), top=np.cumsum(is_top[crawl.fetched]), top_count=int(top.size))
+    gain, hit = pr[crawl.fetched], is_top[crawl.fetched]
+    if crawl.double is not None:
+        gain, hit = np.where(crawl.double, 0.0, gain), hit & ~crawl.double
+    return Curve(mass=np.cumsum(gain), top=np.cumsum(hit), top_count=int(top.size))
 
 
 def gap_closed(ours: float, due: float, omniscient: float) -> float:

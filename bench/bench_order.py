@@ -27,7 +27,14 @@ the host)), ``budget`` (rank shares of the crawl as budgets), ``file`` and
 a stand-in for a published list), ``omniscient`` (the true PageRank of a
 host's best queued page); within a host ``fifo``, ``inlinks`` (links seen
 so far), ``opic`` (OPIC cash), ``external``, ``share``, ``weighted`` (see
-the model), ``pagerank`` (the truth).
+the model), ``pagerank`` (the truth). What the production frontier can
+carry (per-domain state only, bounded; ``model.Frontier``): ``decay<alpha>``
+across hosts (rank / (1 + fetched)^alpha), and within a host a Space-Saving
+sketch of in-links ``sketch<K>t<T>`` (``+g`` guaranteed counts, ``+r<R>`` a
+memory of the host's last R fetches, ``+p<N>`` the skip set, ``m``
+tombstones) or lanes at discovery (``x``, ``e<N>``, ``xe<N>``, ``x+e<N>``);
+their double fetches (a page the dedup cannot tell was fetched) are
+modelled: a slot spent for nothing, reported as ``double@10%``.
 
 **Printed**, per seed and order: the PageRank mass fetched after 1, 5, 10
 and 20% of the pages, the share of the gap between due-time and
@@ -83,6 +90,7 @@ class Row:
     seconds: float
     due_per_tick: float  # hosts due with work per tick, mean
     per_page: dict[str, float]  # the Redis work the order implies, per page fetched (Crawl.costs)
+    double10: float = 0.0  # share of the first 10% of fetches spent on a page already fetched
 
 
 def parse_orders(specs: list[str] | None) -> list[model.Order]:
@@ -131,7 +139,9 @@ def run_seed(args: argparse.Namespace, seed: int, orders: list[model.Order],
         c = model.curve(crawl, pr, top)
         curves.setdefault(order.name, []).append((seed, c))
         ks = [int(round(x * g.n)) for x in CHECKPOINTS]
-        rows.append(Row(seed=seed, name=order.name, host=order.host, within=order.within,
+        k10 = int(round(0.1 * g.n))
+        d10 = float(crawl.double[:k10].mean()) if crawl.double is not None and crawl.double.size else 0.0
+        rows.append(Row(seed=seed, name=order.name, host=order.host, within=order.within, double10=d10,
                         mass=tuple(c.mass_at(k) for k in ks), gap10=float("nan"),
                         top10=c.top_at(int(round(0.1 * g.n))), top20=c.top_at(int(round(0.2 * g.n))),
                         seconds=crawl.seconds, due_per_tick=float(np.mean(crawl.due_hosts or [0])),
@@ -141,18 +151,28 @@ def run_seed(args: argparse.Namespace, seed: int, orders: list[model.Order],
               f"{pp['links']:.1f} links, {pp['increments']:.2f} to a queued page, {pp['pfadd']:.2f} (page, other "
               f"host) pairs, {pp['rank_updates']:.2f} host ranks raised; {crawl.costs['new_pairs']:,} linking pairs "
               "in all", flush=True)
+        if crawl.double is not None:
+            print(f"  {'':<20} frontier: {d10:.2%} of the first 10% fetches double ({pp['double']:.4f} a page by "
+                  f"{args.until:.0%}); per page: {pp['sightings']:.2f} sketch updates, {pp['promotions']:.3f} "
+                  f"promotions, {pp['replaced']:.2f} counters replaced, {pp['recent_hits']:.2f} sightings of a "
+                  f"page fetched last, {pp['skip_evicted']:.4f} skip-set evictions; at the end: sketches "
+                  f"{crawl.costs['sketch_held']:,} entries in {crawl.costs['sketch_hosts']:,} hosts, recent "
+                  f"{crawl.costs['recent_held']:,}, skip sets {crawl.costs['skip_held']:,} (at most "
+                  f"{crawl.costs['skip_max']} a host)", flush=True)
     due = next(r for r in rows if r.host == "due").mass[2]
     omni = next(r for r in rows if r.host == "omniscient").mass[2]
     return [Row(**{**asdict(r), "gap10": model.gap_closed(r.mass[2], due, omni)}) for r in rows]
 
 
 def table(rows: list[Row], title: str) -> str:
+    dbl = any(model.Order(r.name, r.host, r.within).frontier is not None for r in rows)
     head = ("order", "across hosts", "within", *(f"mass@{x:.0%}" for x in CHECKPOINTS), "gap closed@10%",
-            "top0.1%@10%", "top0.1%@20%")
+            "top0.1%@10%", "top0.1%@20%", *(("double@10%",) if dbl else ()))
     lines = [title, "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         lines.append("| " + " | ".join([r.name, r.host, r.within, *(f"{m:.3f}" for m in r.mass),
-                                        f"{r.gap10:.2f}", f"{r.top10:.3f}", f"{r.top20:.3f}"]) + " |")
+                                        f"{r.gap10:.2f}", f"{r.top10:.3f}", f"{r.top20:.3f}",
+                                        *((f"{r.double10:.2%}",) if dbl else ())]) + " |")
     return "\n".join(lines)
 
 
@@ -165,6 +185,7 @@ def mean_rows(rows: list[Row], orders: list[model.Order]) -> list[Row]:
                        gap10=float(np.mean([r.gap10 for r in rs])), top10=float(np.mean([r.top10 for r in rs])),
                        top20=float(np.mean([r.top20 for r in rs])), seconds=float(np.mean([r.seconds for r in rs])),
                        due_per_tick=float(np.mean([r.due_per_tick for r in rs])),
+                       double10=float(np.mean([r.double10 for r in rs])),
                        per_page={k: float(np.mean([r.per_page[k] for r in rs])) for k in rs[0].per_page}))
     return out
 
@@ -215,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--copy", type=float, default=model.GraphSpec.copy,
                    help="share of internal links copied from the host's template (0: none)")
     p.add_argument("--order", action="append", metavar="NAME=HOST/WITHIN",
-                   help=f"orders to run besides due-time and omniscient; hosts: {', '.join(model.HOST_KEYS)}; "
-                        f"within: {', '.join(model.WITHIN)}")
+                   help=f"orders to run besides due-time and omniscient; hosts: {', '.join(model.HOST_KEYS)}, "
+                        f"decay<alpha>; within: {', '.join(model.WITHIN)}, or what the production frontier can "
+                        "carry: sketch<K>t<T>[m][+g][+r<R>][+p<N>], x, e<N>, xe<N>, x+e<N> (model.Frontier)")
     p.add_argument("--png", type=Path, help="draw the first seed's curves here (matplotlib)")
     p.add_argument("--json", type=Path, help="write every row here")
     args = p.parse_args(argv)
@@ -243,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         rs = [r for r in rows if r.name == o.name]
         ok = all(r.gap10 >= TARGET_GAP for r in rs), all(r.top10 >= TARGET_TOP for r in rs)
         print(f"  {o.name:<20} gap {'met' if ok[0] else 'MISSED'} (min {min(r.gap10 for r in rs):.2f}), "
-              f"top 0.1% {'met' if ok[1] else 'MISSED'} (min {min(r.top10 for r in rs):.3f})")
+              f"top 0.1% {'met' if ok[1] else 'MISSED'} (min {min(r.top10 for r in rs):.3f})"
+              + (f", double fetches at most {max(r.double10 for r in rs):.2%}" if o.frontier else ""))
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                          "rows": [asdict(r) for r in rows]}, indent=1))

@@ -178,3 +178,136 @@ def test_rank_serves_the_host_more_hosts_link_to() -> None:
              for host in ("rank", "due")}
     assert set(ticks["rank"]) == {1}  # tick 0: the seeds; tick 1: host 0 and one of hosts 1 and 4
     assert set(ticks["due"]) == {1, 2}  # by the ties' hash
+
+
+# ----------------------------------------------------------- what the production frontier can keep
+
+FRONTIER_ORDERS = [("decay", "sketch16t2"), ("decay", "sketch8t1m"), ("decay", "sketch16t2+r32"),
+                   ("decay", "sketch16t1+g+r16+p8"), ("decay", "x"), ("decay", "e10"), ("decay", "xe10"),
+                   ("decay", "x+e3"), ("decay1.5", "fifo"), ("decay0.75", "sketch16t2+r32")]
+
+
+@pytest.mark.parametrize(("host", "within"), FRONTIER_ORDERS)
+def test_frontier_orders_are_polite_and_fetch_twice_only_as_counted_doubles(web: Web, host: str,
+                                                                            within: str) -> None:
+    g, pr, _, seeds = web
+    c = crawl(web, host, within)
+    assert c.fetched.size == UNTIL
+    dbl = c.double if c.double is not None else np.zeros(c.fetched.size, dtype=bool)
+    if model.Order("o", host, within).frontier is None:
+        assert c.double is None
+    else:
+        assert c.double is not None and c.double.size == c.fetched.size
+        assert c.costs["double"] == int(dbl.sum())
+    fresh = c.fetched[~dbl]
+    assert np.unique(fresh).size == fresh.size  # each page once, but for the doubles
+    # a double is a page fetched before, by an earlier entry
+    done: set[int] = set()
+    for p, d in zip(c.fetched.tolist(), dbl.tolist()):
+        assert (p in done) == d
+        done.add(p)
+    # the crawl curve gains nothing from a double
+    cv = model.curve(c, pr, model.top_pages(pr))
+    assert cv.mass[-1] == pytest.approx(pr[fresh].sum())
+    # slots and politeness over fresh fetches (doubles take slots too: fewer fresh pages a tick)
+    assert np.bincount(c.fetch_tick[fresh]).max() <= SLOTS
+    hosts = g.host_of[fresh]
+    ft = c.fetch_tick[fresh]
+    by_host = np.lexsort((ft, hosts))
+    same = hosts[by_host][1:] == hosts[by_host][:-1]
+    assert np.diff(ft[by_host])[same].min() >= DELAY
+    assert np.mean(c.due_hosts) > 10 * SLOTS
+    # discovery: a page fetched only after a page fetched on an earlier tick links to it (or it is a seed)
+    src = g.src()
+    linked = c.fetch_tick[src] >= 0
+    first = np.full(g.n, np.iinfo(np.int64).max)
+    np.minimum.at(first, g.dst[linked], c.fetch_tick[src[linked]])
+    nonseed = fresh[~np.isin(fresh, seeds)]
+    assert (c.fetch_tick[nonseed] > first[nonseed]).all()
+    assert (c.discover_tick[nonseed] == first[nonseed]).all()
+
+
+def _first_fetches(within: str, edges: list[tuple[int, int]], n: int, start: list[int], seeds: list[int],
+                   until: int, slots: int = 1) -> tuple[list[int], list[bool]]:
+    g = model.from_edges(n, edges, start=start)
+    c = model.simulate(g, model.Order(within, "due", within), seeds=np.array(seeds), slots=slots, delay=1,
+                       until=until)
+    dbl = c.double if c.double is not None else np.zeros(c.fetched.size, dtype=bool)
+    return c.fetched.tolist(), dbl.tolist()
+
+
+def test_the_sketch_promotes_a_url_seen_again_and_the_fifo_skips_it() -> None:
+    """One host, pages 0-4: the home page links to 1, 2, 3; page 1 to 3 again
+    and to 4. At T=1 the sketch serves page 3 (seen twice) before page 2,
+    and the FIFO skips it when it comes to it; at T=2 it is FIFO."""
+    edges = [(0, 1), (0, 2), (0, 3), (1, 3), (1, 4)]
+    assert _first_fetches("sketch16t1", edges, 5, [0], [0], 5) == ([0, 1, 3, 2, 4], [False] * 5)
+    assert _first_fetches("sketch16t2", edges, 5, [0], [0], 5) == ([0, 1, 2, 3, 4], [False] * 5)
+    assert _first_fetches("sketch16t1+p0", edges, 5, [0], [0], 5)[0] == [0, 1, 3, 2, 4]
+
+
+def test_a_url_seen_again_after_its_fetch_is_fetched_twice_unless_remembered() -> None:
+    """Page 1 links back to the home page 0, already fetched: the dedup
+    cannot tell, so the plain sketch promotes it and fetches it again (a
+    double fetch, counted), whose links seen again promote page 1 again
+    (a tombstone, ``m``, does not help: page 0 was fetched before it was
+    ever counted); a memory of the host's last fetches (r4) holds it back.
+    A skip set too small (p1) fetches a promoted page again when the FIFO
+    reaches it."""
+    edges = [(0, 1), (0, 2), (0, 3), (1, 0)]
+    twice = ([0, 1, 0, 1, 2], [False, False, True, True, False])
+    assert _first_fetches("sketch16t1", edges, 4, [0], [0], 5) == twice
+    assert _first_fetches("sketch16t1m", edges, 4, [0], [0], 5) == twice
+    assert _first_fetches("sketch16t1+r4", edges, 4, [0], [0], 5) == ([0, 1, 2, 3], [False] * 4)
+    # p1: page 4 (seen twice more) then 3 promoted ahead of the FIFO; the skip set keeps only 3,
+    # so the FIFO skips 3 and fetches 4 again
+    edges = [(0, 1), (0, 2), (0, 3), (0, 4), (1, 3), (1, 4), (1, 4)]
+    fetched, dbl = _first_fetches("sketch16t1+p1", edges, 5, [0], [0], 7)
+    assert fetched == [0, 1, 4, 3, 2, 4] and dbl == [False] * 5 + [True]
+
+
+def test_space_saving_replaces_the_minimum_and_inherits_its_count() -> None:
+    """K=1: page 2 seen again takes the only counter (1); page 3 seen again
+    replaces it at 2 and is promoted at T=2 while page 2 is not; with ``g``
+    its guaranteed count is 1 and nothing is promoted."""
+    edges = [(0, 1), (0, 2), (0, 3), (0, 4), (1, 2), (1, 3)]
+    assert _first_fetches("sketch1t2", edges, 5, [0], [0], 5)[0] == [0, 1, 3, 2, 4]
+    assert _first_fetches("sketch1t2+g", edges, 5, [0], [0], 5)[0] == [0, 1, 2, 3, 4]
+
+
+def test_lanes_at_discovery() -> None:
+    """Host 0 (pages 0-3), host 1 (page 4), both home pages seeds: page 0
+    links to 1, page 4 to 3, page 1 to 2. FIFO serves page 1 next, the
+    ``x`` lane page 3 (found on another host); ``e1`` (found on the home
+    page) page 1, then page 3 before 2 (2 was found on the host's second
+    fetch: the low lane, behind 3 found earlier)."""
+    edges = [(0, 1), (4, 3), (1, 2)]
+    start = [0, 4]
+    assert _first_fetches("x", edges, 5, start, [0, 4], 5, slots=2)[0] == [0, 4, 3, 1, 2]
+    assert _first_fetches("e1", edges, 5, start, [0, 4], 5, slots=2)[0] == [0, 4, 1, 3, 2]
+    assert _first_fetches("xe1", edges, 5, start, [0, 4], 5, slots=2)[0] == [0, 4, 1, 3, 2]
+    assert _first_fetches("x+e1", edges, 5, start, [0, 4], 5, slots=2)[0] == [0, 4, 3, 1, 2]
+
+
+def test_frontier_names_parse_and_refuse_nonsense() -> None:
+    f = model.Frontier.parse("sketch16t2m+g+r32+p8+x+e10")
+    assert f == model.Frontier(k=16, t=2, memory=True, guaranteed=True, recent=32, skip=8, x=True, early=10)
+    assert f is not None and f.lanes == 3
+    assert model.Frontier.parse("xe5") == model.Frontier(x=True, early=5, joint=True)
+    assert model.host_alpha("decay") == 1.0 and model.host_alpha("decay1.25") == 1.25
+    for bad in ("sketch", "sketch16", "r32", "sketch16t0", "lanes", "x+y"):
+        with pytest.raises(ValueError):
+            model.Order("x", "decay", bad)
+    with pytest.raises(ValueError):
+        model.Order("x", "decayx", "fifo")
+
+
+def test_bench_reports_double_fetches_for_a_frontier_order() -> None:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert bench_main(["--pages", "20000", "--seed", "1", "--order", "sk=decay/sketch8t2+g+r64"]) == 0
+    text = out.getvalue()
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    assert rows[0].rstrip(" |").endswith("double@10%")
+    assert [r.split(" | ")[0].strip("| ") for r in rows[1:]] == ["due-time", "sk", "omniscient"]
+    assert "of the first 10% fetches double" in text and "double fetches at most" in text

@@ -243,6 +243,15 @@ class Frontier:
     - ``r<R>``: a per-host memory of the R URLs fetched last (LRU: a sighting
       of one refreshes it): a sighting of a URL it holds is not counted, so a
       fetched page linked from every page (a menu) is not promoted again.
+    - ``q``: the production frontier's exact guard instead: a promotion of a
+      URL no longer queued (fetched) is refused, costing no slot (the next
+      candidate is tried), and the URL is dropped from the sketch and never
+      counted again; a URL promoted is never counted again either (promoted
+      once); a promotion while the skip set is full is refused the same way
+      (none forgotten: no double fetch at all). (Not ``x``: that is a lane.)
+    - ``i``: count only links from pages of the URL's own host (a worker sees
+      only the links its own pages hold; links from other hosts' pages are
+      not counted).
     - ``p<N>``: the skip set's size (default ``SKIP_CAP``; 0 unbounded): a
       promoted URL is still in the FIFO (its compressed blocks cannot drop
       it), so it is remembered, and skipped when the FIFO reaches it; one
@@ -258,6 +267,8 @@ class Frontier:
     memory: bool = False
     guaranteed: bool = False
     recent: int = 0
+    exact: bool = False  # ``q``: refuse a promotion of a URL fetched; never count it again
+    internal: bool = False  # ``i``: count links from the URL's own host only
     skip: int = SKIP_CAP
     x: bool = False
     early: int = 0
@@ -275,6 +286,10 @@ class Frontier:
                 kw["recent"] = int(m[1])
             elif m := re.fullmatch(r"p(\d+)", part):
                 kw["skip"] = int(m[1])
+            elif part == "q":
+                kw["exact"] = True
+            elif part == "i":
+                kw["internal"] = True
             elif part == "x":
                 kw["x"] = True
             elif m := re.fullmatch(r"xe(\d+)", part):
@@ -364,7 +379,9 @@ class Crawl:
     #: a ``Frontier`` order's too: ``double`` fetches, ``sightings`` sketch updates, ``recent_hits``
     #: links to a page its host fetched last (not counted), ``promotions`` pages the sketch served,
     #: ``replaced`` counters, ``skip_evicted``, ``skipped`` FIFO entries; at the end ``sketch_held``,
-    #: ``sketch_hosts``, ``recent_held``, ``skip_held`` entries and ``skip_max`` (one host's most)
+    #: ``sketch_hosts``, ``recent_held``, ``skip_held`` entries and ``skip_max`` (one host's most);
+    #: ``q``: ``refused`` promotions (fetched), ``refused_full`` (skip set full), ``ignored_hits``
+    #: sightings not counted, ``ignored_held`` at the end; ``i``: ``cross_unseen`` links not counted
     costs: dict[str, int] = field(default_factory=dict)
 
 
@@ -433,9 +450,14 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
     skips: dict[int, dict[int, None]] = {}
     errs: dict[int, dict[int, int]] = {}  # ``g``: what a counter inherited
     recent: dict[int, dict[int, None]] = {}  # ``r<R>``: the host's R pages fetched last, LRU
+    ignored: dict[int, set[int]] = {}  # ``q``: pages refused or promoted, never counted again
     ford = np.zeros(n, dtype=np.int64)  # a page's fetch ordinal within its host (the e<N> lane)
     fcost = dict.fromkeys(("double", "sightings", "recent_hits", "promotions", "replaced", "skip_evicted",
                            "skipped"), 0)
+    if fr is not None and fr.exact:
+        fcost.update(refused=0, refused_full=0, ignored_hits=0)
+    if fr is not None and fr.internal:
+        fcost["cross_unseen"] = 0
 
     def push(pages: Ints, tick: int) -> None:
         """Queue pages newly known or whose score changed (duplicates allowed:
@@ -491,6 +513,11 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
         k, rc = fr.k, fr.recent
         for p in pages:
             h = int(host_of[p])
+            if fr.exact:
+                ig = ignored.get(h)
+                if ig is not None and p in ig:
+                    fcost["ignored_hits"] += 1
+                    continue
             if rc:
                 rs = recent.get(h)
                 if rs is not None and p in rs:
@@ -534,11 +561,27 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
         if d:
             tb = tombs.get(h) if fr.memory else None
             er = errs.get(h, {}) if fr.guaranteed else {}
-            best, bc = -1, fr.t - 1
-            for q, c in d.items():
-                c -= er.get(q, 0)
-                if c > bc and (tb is None or q not in tb):
-                    best, bc = q, c
+            while True:
+                best, bc = -1, fr.t - 1
+                for q, c in d.items():
+                    c -= er.get(q, 0)
+                    if c > bc and (tb is None or q not in tb):
+                        best, bc = q, c
+                if best < 0 or not fr.exact:
+                    break
+                late = bool(state[best] == FETCHED)
+                full = bool(fr.skip) and len(skips.get(h, ())) >= fr.skip
+                if not (late or full):
+                    ignored.setdefault(h, set()).add(best)  # promoted once: never counted again
+                    break
+                # refused (late: fetched already; full: the skip set): no slot spent, the URL
+                # dropped from the sketch and never counted again; the next candidate is tried
+                del d[best]
+                er.pop(best, None)
+                if tb is not None:
+                    tb.discard(best)
+                ignored.setdefault(h, set()).add(best)
+                fcost["refused" if late else "refused_full"] += 1
             if best >= 0:
                 fcost["promotions"] += 1
                 if fr.memory:
@@ -552,7 +595,7 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
                 sp = skips.setdefault(h, {})
                 sp[best] = None  # still in the FIFO: skipped when the FIFO reaches it
                 qlen[h] -= 1
-                if fr.skip and len(sp) > fr.skip:
+                if fr.skip and len(sp) > fr.skip:  # never with ``q`` (refused when full)
                     del sp[next(iter(sp))]  # forgotten: the FIFO will fetch it again
                     qlen[h] += 1
                     fcost["skip_evicted"] += 1
@@ -698,6 +741,9 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
                 if fr.k:
                     seen = np.ones(m, dtype=bool)
                     seen[at] = False  # every link but the one that found a page new this tick
+                    if fr.internal:
+                        fcost["cross_unseen"] += int((seen & cross).sum())
+                        seen &= ~cross  # a worker sees only the links its own host's pages hold
                     sight(targets[seen].tolist())
                 fpush(new, lane, tick)
         else:
@@ -710,6 +756,8 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
         costs["sketch_held"] = sum(len(v) for v in sketch.values())
         costs["sketch_hosts"] = sum(1 for v in sketch.values() if v)
         costs["recent_held"] = sum(len(v) for v in recent.values())
+        if fr.exact:
+            costs["ignored_held"] = sum(len(v) for v in ignored.values())
     return Crawl(order=order, fetched=np.concatenate(fetched) if fetched else np.zeros(0, dtype=np.int64),
                  fetch_tick=ftick, discover_tick=disc, ticks=tick, due_hosts=due_hosts,
                  seconds=time.perf_counter() - t0, costs={**costs, "new_pairs": len(pairs)},

@@ -38,12 +38,12 @@ from crawler.store import Dedup, Frontier, Item, Keys, Politeness  # noqa: E402
 from tests.servers import RedisServer  # noqa: E402
 
 
-def frontier(url: str, dedup: str, capacity: int, order: str = "due") -> Frontier:
+def frontier(url: str, dedup: str, capacity: int, order: str = "due", within: str = "fifo") -> Frontier:
     import redis
 
     f = Frontier(redis.Redis.from_url(url), Keys("bench", "coord", 0),
                  dedup=Dedup(dedup, capacity=capacity, error_rate=0.01), politeness=Politeness(delay=0.001),
-                 domain_cap=16, block=64, order=order)
+                 domain_cap=16, block=64, order=order, within=within)
     f.open()
     return f
 
@@ -54,8 +54,8 @@ def link(domain: str, n: int) -> Item:
 
 
 def drive(url: str, dedup: str, capacity: int, seconds: float, links: int, new: float, me: int,
-          out: multiprocessing.Queue, order: str, take: int) -> None:
-    f = frontier(url, dedup, capacity, order)
+          out: multiprocessing.Queue, order: str, take: int, within: str) -> None:
+    f = frontier(url, dedup, capacity, order, within)
     fresh = int(links * new)
     pages, counter = 0, 10**9 * (me + 1)
     deadline = time.monotonic() + seconds
@@ -87,11 +87,13 @@ def main() -> None:
     p.add_argument("--take", type=int, default=128,
                    help="requests a take asks for (a crawl's take is what its free slots allow: a few at a "
                         "politeness-bound rate, where each call's own cost is shared by few pages)")
+    p.add_argument("--within", choices=["fifo", "inlinks"], default="fifo",
+                   help="CRAWLER_WITHIN_ORDER (inlinks: positions given and counted; no promotions here)")
     args = p.parse_args()
     server = RedisServer(Path("/tmp/bench-coord"), "--save", "", "--appendonly", "no").start()
     try:
         capacity = args.domains * 200 + int(args.seconds * 20_000 * args.links * args.new)
-        f = frontier(server.url, args.dedup, capacity, args.order)
+        f = frontier(server.url, args.dedup, capacity, args.order, args.within)
         for start in range(0, args.domains, 1000):  # every domain seeded with its first links, already seen
             f.add([link(f"site{d}.example", k) for d in range(start, min(start + 1000, args.domains))
                    for k in range(args.links)])
@@ -100,7 +102,8 @@ def main() -> None:
         calls0 = client.info("commandstats")
         out: multiprocessing.Queue = multiprocessing.Queue()
         procs = [multiprocessing.Process(target=drive, args=(server.url, args.dedup, capacity, args.seconds,
-                                                              args.links, args.new, i, out, args.order, args.take))
+                                                              args.links, args.new, i, out, args.order, args.take,
+                                                              args.within))
                  for i in range(args.clients)]
         started = time.perf_counter()
         for proc in procs:
@@ -115,7 +118,7 @@ def main() -> None:
         per_page = cpu / pages
         print(f"{pages:,} pages in {elapsed:.1f} s ({pages / elapsed:,.0f} pages/s, {args.clients} driving "
               f"processes), {args.domains:,} domains, {args.links} links a page ({args.new:.0%} new), "
-              f"dedup {args.dedup}, order {args.order}, takes of {args.take}")
+              f"dedup {args.dedup}, order {args.order}/{args.within}, takes of {args.take}")
         print(f"Redis CPU {cpu:.2f} s = {per_page * 1e3:.3f} ms a page -> one Redis core coordinates "
               f"{1 / per_page:,.0f} pages/s (Redis was {cpu / elapsed:.0%} busy)")
         for name, stat in sorted(calls1.items()):

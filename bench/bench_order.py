@@ -32,7 +32,9 @@ carry (per-domain state only, bounded; ``model.Frontier``): ``decay<alpha>``
 across hosts (rank / (1 + fetched)^alpha), and within a host a Space-Saving
 sketch of in-links ``sketch<K>t<T>`` (``+g`` guaranteed counts, ``+r<R>`` a
 memory of the host's last R fetches, ``+p<N>`` the skip set, ``m``
-tombstones) or lanes at discovery (``x``, ``e<N>``, ``xe<N>``, ``x+e<N>``);
+tombstones, ``+q`` the frontier's exact guard: a promotion of a URL fetched
+refused, never a double fetch, ``+i`` links from the host's own pages
+only) or lanes at discovery (``x``, ``e<N>``, ``xe<N>``, ``x+e<N>``);
 their double fetches (a page the dedup cannot tell was fetched) are
 modelled: a slot spent for nothing, reported as ``double@10%``.
 
@@ -159,6 +161,13 @@ def run_seed(args: argparse.Namespace, seed: int, orders: list[model.Order],
                   f"{crawl.costs['sketch_held']:,} entries in {crawl.costs['sketch_hosts']:,} hosts, recent "
                   f"{crawl.costs['recent_held']:,}, skip sets {crawl.costs['skip_held']:,} (at most "
                   f"{crawl.costs['skip_max']} a host)", flush=True)
+            if "refused" in crawl.costs:
+                print(f"  {'':<20} exact guard: per page {pp['refused']:.3f} promotions refused (fetched), "
+                      f"{pp['refused_full']:.4f} (skip set full), {pp['ignored_hits']:.2f} sightings ignored; "
+                      f"{crawl.costs['ignored_held']:,} pages ignored at the end", flush=True)
+            if "cross_unseen" in crawl.costs:
+                print(f"  {'':<20} own host's links only: {pp['cross_unseen']:.2f} links from other hosts a page "
+                      "not counted", flush=True)
     due = next(r for r in rows if r.host == "due").mass[2]
     omni = next(r for r in rows if r.host == "omniscient").mass[2]
     return [Row(**{**asdict(r), "gap10": model.gap_closed(r.mass[2], due, omni)}) for r in rows]
@@ -238,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--order", action="append", metavar="NAME=HOST/WITHIN",
                    help=f"orders to run besides due-time and omniscient; hosts: {', '.join(model.HOST_KEYS)}, "
                         f"decay<alpha>; within: {', '.join(model.WITHIN)}, or what the production frontier can "
-                        "carry: sketch<K>t<T>[m][+g][+r<R>][+p<N>], x, e<N>, xe<N>, x+e<N> (model.Frontier)")
+                        "carry: sketch<K>t<T>[m][+g][+r<R>][+p<N>][+q][+i], x, e<N>, xe<N>, x+e<N> (model.Frontier)")
     p.add_argument("--png", type=Path, help="draw the first seed's curves here (matplotlib)")
     p.add_argument("--json", type=Path, help="write every row here")
     args = p.parse_args(argv)

@@ -63,14 +63,16 @@ end
 -- another worker tries); recrawl ('off', 'fixed', 'adaptive'), rv_min, rv_max,
 -- rv_distrust (ms), rv_share, rv_cap, rv_domain_cap (design/recrawl.md E);
 -- head, block: the compact tier's (push() below; 0: no tier); order, of
--- the due domains: 'due' (their turn) or 'rank' (dequeue.lua).
+-- the due domains: 'due' (their turn) or 'rank' (dequeue.lua); within, a
+-- domain's: 'fifo' or 'inlinks' (promote() below), and wgen, the generation
+-- of its positions (a new one each time a frontier turns 'inlinks' on).
 local defaults_cache = nil
 local function defaults(base)
   if defaults_cache == nil then
     local v = redis.call('HMGET', base .. ':meta', 'rate', 'burst', 'delay', 'delay_factor', 'delay_max',
                          'ip_delay', 'ip_shared_delay', 'ip_shared_cap', 'ip_shared_min', 'dns_ttl', 'dns_nx',
                          'dns_claim', 'recrawl', 'rv_min', 'rv_max', 'rv_share', 'rv_cap', 'rv_domain_cap',
-                         'rv_distrust', 'head', 'block', 'order')
+                         'rv_distrust', 'head', 'block', 'order', 'within', 'wgen')
     defaults_cache = {rate = tonumber(v[1] or '') or 0, burst = tonumber(v[2] or '') or 1,
                       delay = tonumber(v[3] or '') or 0, factor = tonumber(v[4] or '') or 0,
                       max = tonumber(v[5] or '') or 0,
@@ -83,7 +85,7 @@ local function defaults(base)
                       rv_cap = tonumber(v[17] or '') or 0, rv_domain_cap = tonumber(v[18] or '') or 0,
                       rv_distrust = tonumber(v[19] or '') or 2592000000,
                       head = tonumber(v[20] or '') or 0, block = tonumber(v[21] or '') or 64,
-                      order = v[22] or 'due'}
+                      order = v[22] or 'due', within = v[23] or 'fifo', wgen = v[24] or '0'}
   end
   return defaults_cache
 end
@@ -156,14 +158,64 @@ local function head_low(base, len)
   return len == 0 or len * 2 < defaults(base).head
 end
 
+-- The in-link order (within = 'inlinks', docs/frontier.md): a domain's
+-- queue at a priority is first in first out, so each request put at its end
+-- has a position, and it is still queued exactly while the requests taken
+-- off its front (those put back at the front aside) have not reached it.
+-- dom:<d> fields, of generation g (meta wgen): 'ad<g>:<p>' the positions
+-- given, 'pp<g>:<p>' the requests taken off the front in their turn,
+-- 'fp<g>:<p>' those put back at the front and not yet taken again.
+local function position_fields(base, prio)
+  local g = defaults(base).wgen
+  return 'ad' .. g .. ':' .. prio, 'pp' .. g .. ':' .. prio, 'fp' .. g .. ':' .. prio
+end
+
+-- the requests of <domain> at <prio> in its queue's lists, the head's
+-- included (whatever was put back at its front: a first count only)
+local function fifo_length(base, domain, prio)
+  local q, z, s = tier_keys(base, domain, prio)
+  local n = redis.call('LLEN', q) + redis.call('LLEN', s)
+  for _, block in ipairs(redis.call('LRANGE', z, 0, -1)) do n = n + (block_count(block) or 0) end
+  return n
+end
+
+-- <k> more requests queued for <domain>: counted, and the domain ready
+-- unless parked (its first queued requests bring forward a domain ready
+-- only for its revisits: LT; else a domain ready already keeps its place: NX)
+local function queued_more(base, domain, k, now)
+  local dkey = base .. ':dom:' .. domain
+  local n = redis.call('HINCRBY', dkey, 'n', k)
+  local st = redis.call('HMGET', dkey, 'next', 'busy')
+  if not st[2] then  -- a parked domain becomes ready when its request is done
+    redis.call('ZADD', base .. ':ready', n == k and 'LT' or 'NX', math.max(now, tonumber(st[1] or '0') or 0), domain)
+  end
+  redis.call('HINCRBY', base .. ':stats', 'queued', k)
+end
+
 -- Queues <entries> (a list, in their order) of <domain> at <prio>: at the
 -- head's front (<front>: requests given back) or after everything queued
 -- (the head's end while it has room and nothing is past it, the rest to the
--- spill's end), in one write per list. Returns how many went to the spill.
+-- spill's end), in one write per list. Returns how many went to the spill
+-- and, in the in-link order, the position of the first put at the end.
 local function push_many(base, domain, prio, entries, front, now)
   local k = #entries
   local q, z, s = tier_keys(base, domain, prio)
-  local spilled = 0
+  local spilled, first = 0, nil
+  if defaults(base).within == 'inlinks' then
+    local dkey = base .. ':dom:' .. domain
+    local adf, ppf, fpf = position_fields(base, prio)
+    if front then
+      redis.call('HINCRBY', dkey, fpf, k)
+    else
+      local st = redis.call('HMGET', dkey, adf, ppf, fpf)
+      local ad = tonumber(st[1] or '')
+      if ad == nil then  -- the first of this generation: what is queued already comes first
+        ad = (tonumber(st[2] or '0') or 0) + fifo_length(base, domain, prio) - (tonumber(st[3] or '0') or 0)
+      end
+      first = ad + 1
+      redis.call('HSET', dkey, adf, ad + k)
+    end
+  end
   if front then
     for i = k, 1, -1 do redis.call('LPUSH', q, entries[i]) end
   else
@@ -185,20 +237,46 @@ local function push_many(base, domain, prio, entries, front, now)
     end
   end
   redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
-  local dkey = base .. ':dom:' .. domain
-  local n = redis.call('HINCRBY', dkey, 'n', k)
-  local st = redis.call('HMGET', dkey, 'next', 'busy')
-  if not st[2] then  -- a parked domain becomes ready when its request is done
-    -- its first queued requests bring forward a domain ready only for its
-    -- revisits (later: LT); else a domain ready already keeps its place (NX)
-    redis.call('ZADD', base .. ':ready', n == k and 'LT' or 'NX', math.max(now, tonumber(st[1] or '0') or 0), domain)
-  end
-  redis.call('HINCRBY', base .. ':stats', 'queued', k)
-  return spilled
+  queued_more(base, domain, k, now)
+  return spilled, first
 end
 
 local function push(base, domain, prio, entry, front, now)
   return push_many(base, domain, prio, {entry}, front, now)
+end
+
+-- A request of <domain> at <prio> that many links lead to, at position
+-- <seq> of its queue, is served before its turn (the in-link order: a
+-- worker counted the links, crawler/worker/_inlinks.py): a copy of it goes
+-- to pq:<d>:<p>, served before the queue at that priority, and <seq> to the
+-- skip set sp:<d>:<p>, so the queued copy is dropped when it comes up
+-- (counted 'superseded'; the copy 'promoted': the ledger adds up whichever
+-- is fetched). Refused: 'late' when the queue is past <seq> (served already:
+-- never fetched twice), 'again' when promoted already, 'full' when
+-- PROMOTED_MAX wait, 'unknown' past the positions given (another
+-- generation's), 'off' outside the in-link order, 'excluded'. Returns the
+-- outcome and the requests taken off the queue's front so far.
+local PROMOTED_MAX = 64
+local function promote(base, domain, prio, entry, seq, now)
+  local d = defaults(base)
+  if d.within ~= 'inlinks' then return 'off', 0 end
+  if redis.call('SISMEMBER', base .. ':excluded', domain) == 1 then return 'excluded', 0 end
+  local dkey = base .. ':dom:' .. domain
+  local adf, ppf = position_fields(base, prio)
+  local st = redis.call('HMGET', dkey, adf, ppf, 'sk')
+  local pp = tonumber(st[2] or '0') or 0
+  if seq <= pp then return 'late', pp end
+  if seq > (tonumber(st[1] or '0') or 0) then return 'unknown', pp end
+  local sp = base .. ':sp:' .. domain .. ':' .. prio
+  if redis.call('ZSCORE', sp, seq) then return 'again', pp end
+  if (tonumber(st[3] or '0') or 0) >= PROMOTED_MAX then return 'full', pp end
+  redis.call('ZADD', sp, seq, seq)
+  redis.call('HINCRBY', dkey, 'sk', 1)
+  redis.call('RPUSH', base .. ':pq:' .. domain .. ':' .. prio, entry)
+  redis.call('HINCRBY', dkey, 'pq', 1)
+  redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
+  queued_more(base, domain, 1, now)
+  return 'promoted', pp
 end
 
 -- The head of <domain> at <prio> after a pop left it holding <left>: below
@@ -238,9 +316,15 @@ local function tier_drop(base, domain)
       redis.call('HINCRBY', stats, 'compact', -block_count(block))
       redis.call('HINCRBY', stats, 'compact_bytes', -#block)
     end
-    redis.call('DEL', q, z, s)
+    redis.call('DEL', q, z, s, base .. ':pq:' .. domain .. ':' .. prio, base .. ':sp:' .. domain .. ':' .. prio)
     redis.call('HDEL', dkey, 'so:' .. prio, 'zo:' .. prio)
+    -- the in-link order's positions: every one given is gone (none to skip, none to promote)
+    local adf, ppf, fpf = position_fields(base, prio)
+    local ad = redis.call('HGET', dkey, adf)
+    if ad then redis.call('HSET', dkey, ppf, ad) end
+    redis.call('HDEL', dkey, fpf)
   end
+  redis.call('HDEL', dkey, 'pq', 'sk')
   redis.call('DEL', base .. ':qp:' .. domain)
 end
 
@@ -508,9 +592,11 @@ end
 -- Offering requests to the frontier: per-domain exclusion and budget, then
 -- dedup (exact or Bloom), then the push (to the head, or past it to the
 -- spill: push()). Shared by enqueue and drain_inbox.
--- new_offer(...).one(a, b, domain, prio, entry, filter) per request (true
--- when the request is marked seen now: added or a duplicate), then
--- .finish() -> {added, duplicates, spilled, over_budget, excluded}.
+-- new_offer(...).one(a, b, domain, prio, entry, filter, place) per request
+-- (true when the request is marked seen now: added or a duplicate), then
+-- .finish() -> {added, duplicates, spilled, over_budget, excluded, seqs}:
+-- seqs, in the in-link order, {place, position, ...} of the requests added
+-- that were given a <place> (push_many()).
 local function new_offer(base, mode, budget)
   local now = now_ms()
   local bloom = nil
@@ -575,7 +661,7 @@ local function new_offer(base, mode, budget)
   end
 
   local self = {}
-  function self.one(a, b, domain, prio, entry, filter)
+  function self.one(a, b, domain, prio, entry, filter, place)
     local seen = false
     local ex = excluded_set[domain]
     if ex == nil then
@@ -614,11 +700,12 @@ local function new_offer(base, mode, budget)
         local key = domain .. '\n' .. prio
         local g = groups[key]
         if not g then
-          g = {domain = domain, prio = prio, entries = {}}
+          g = {domain = domain, prio = prio, entries = {}, places = {}}
           groups[key] = g
           order[#order + 1] = g
         end
         g.entries[#g.entries + 1] = entry
+        g.places[#g.entries] = place
         admitted[domain] = (admitted[domain] or 0) + 1
         n = n + 1
         totals[domain] = totals[domain] + 1
@@ -632,7 +719,16 @@ local function new_offer(base, mode, budget)
   end
 
   function self.finish()
-    for _, g in ipairs(order) do spilled = spilled + push_many(base, g.domain, g.prio, g.entries, false, now) end
+    local seqs = {}
+    for _, g in ipairs(order) do
+      local past, first = push_many(base, g.domain, g.prio, g.entries, false, now)
+      spilled = spilled + past
+      if first then
+        for i = 1, #g.entries do
+          if g.places[i] then seqs[#seqs + 1] = g.places[i]; seqs[#seqs + 1] = first + i - 1 end
+        end
+      end
+    end
     for domain, k in pairs(admitted) do redis.call('HINCRBY', base .. ':dom:' .. domain, 'admitted', k) end
     local stats = base .. ':stats'
     if added > 0 then redis.call('HINCRBY', stats, 'enqueued', added) end
@@ -640,7 +736,7 @@ local function new_offer(base, mode, budget)
     if spilled > 0 then redis.call('HINCRBY', stats, 'spilled', spilled) end
     if over > 0 then redis.call('HINCRBY', stats, 'over_budget', over) end
     if excluded > 0 then redis.call('HINCRBY', stats, 'excluded', excluded) end
-    return {added, dups, spilled, over, excluded}
+    return {added, dups, spilled, over, excluded, seqs}
   end
   return self
 end

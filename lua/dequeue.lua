@@ -277,25 +277,65 @@ end
 -- The request at the head of a domain's queue: its priority and entry,
 -- taken off it (<take>) or left there; nil when the queue is empty, or
 -- 'wait' when its head waits for a block a worker unpacks (_lib.lua's
--- tier_refill: the domain comes back when it is done, tier_done.lua).
+-- tier_refill: the domain comes back when it is done, tier_done.lua). In
+-- the in-link order (_lib.lua's promote()), a priority's promoted requests
+-- come first, and a queued request promoted already is dropped when it
+-- comes up (superseded_here counts them for serve()).
+local superseded_here = 0
 local function head_of(domain, take)
   local qp = base .. ':qp:' .. domain
+  local dkey = base .. ':dom:' .. domain
+  local inlinks = ipc.within == 'inlinks'
   while true do
     local top = redis.call('ZRANGE', qp, 0, 0)
     if #top == 0 then return nil end
     local prio = top[1]
     local q, z, s = tier_keys(base, domain, prio)
-    local entry
-    if take then entry = redis.call('LPOP', q) else entry = redis.call('LINDEX', q, 0) end
-    local left = redis.call('LLEN', q)
-    local waits, job = tier_refill(base, domain, prio, left, now)
-    if job then out[REPLY.fills] = out[REPLY.fills] + 1 end
-    if waits and not entry then return 'wait' end
-    if entry then return prio, entry end
-    if redis.call('EXISTS', q, z, s) == 0 then
-      redis.call('ZREM', qp, prio)
-    elseif redis.call('LLEN', q) == 0 then
-      return 'wait'  -- the spill was moved up: not here (the refill ran); a block is next
+    local pq = base .. ':pq:' .. domain .. ':' .. prio
+    local st, ppf, fpf, promoted, dropped = nil, nil, nil, nil, false
+    if inlinks then
+      local _
+      _, ppf, fpf = position_fields(base, prio)
+      st = redis.call('HMGET', dkey, 'pq', ppf, fpf, 'sk')
+      if (tonumber(st[1] or '0') or 0) > 0 then
+        if take then promoted = redis.call('LPOP', pq) else promoted = redis.call('LINDEX', pq, 0) end
+        if promoted and take then redis.call('HINCRBY', dkey, 'pq', -1) end
+      end
+      if promoted then return prio, promoted end
+      if (tonumber(st[3] or '0') or 0) == 0 and (tonumber(st[4] or '0') or 0) > 0 then
+        local pos = (tonumber(st[2] or '0') or 0) + 1
+        local sp = base .. ':sp:' .. domain .. ':' .. prio
+        if redis.call('ZSCORE', sp, pos) and redis.call('LPOP', q) then
+          redis.call('ZREM', sp, pos)
+          redis.call('HINCRBY', dkey, 'sk', -1)
+          redis.call('HINCRBY', dkey, ppf, 1)
+          redis.call('HINCRBY', stats, 'superseded', 1)
+          redis.call('HINCRBY', stats, 'queued', -1)
+          superseded_here = superseded_here + 1
+          dropped = true
+        end
+      end
+    end
+    if not dropped then
+      local entry
+      if take then entry = redis.call('LPOP', q) else entry = redis.call('LINDEX', q, 0) end
+      if entry and take and inlinks then  -- one more taken off the front: in its turn, or put back there
+        if (tonumber(st[3] or '0') or 0) > 0 then
+          redis.call('HINCRBY', dkey, fpf, -1)
+        else
+          redis.call('HINCRBY', dkey, ppf, 1)
+        end
+      end
+      local left = redis.call('LLEN', q)
+      local waits, job = tier_refill(base, domain, prio, left, now)
+      if job then out[REPLY.fills] = out[REPLY.fills] + 1 end
+      if waits and not entry then return 'wait' end
+      if entry then return prio, entry end
+      if redis.call('EXISTS', q, z, s, pq) == 0 then
+        redis.call('ZREM', qp, prio)
+      elseif redis.call('LLEN', q) == 0 then
+        return 'wait'  -- the spill was moved up: not here (the refill ran); a block is next
+      end
     end
   end
 end
@@ -757,6 +797,7 @@ local function serve(domain, dkey)
     elseif gated then
       prio, entry = head_of(domain, false)
     end
+    n, superseded_here = n - superseded_here, 0
     if prio == 'wait' then waits = true; starved(domain); break end
     local address, shared = '', false
     if gated and entry then
@@ -764,6 +805,7 @@ local function serve(domain, dkey)
       if address == nil then waits = true; break end
     end
     if kind == 'q' then prio, entry = head_of(domain, true) end
+    n, superseded_here = n - superseded_here, 0
     if prio == 'wait' then waits = true; starved(domain); break end
     if prio == nil then
       n = 0  -- its queue was empty after all: the other kind, if it waits

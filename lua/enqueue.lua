@@ -2,7 +2,8 @@
 -- flagged: when Redis is out of memory it refuses the whole call up front,
 -- never half of it.
 -- enqueue: dedup and push a batch of requests in one call; ack leases,
--- the fetch history's writes riding on them first (_recrawl.lua).
+-- the fetch history's writes riding on them first (_recrawl.lua); promote
+-- the requests a worker found many links to (the in-link order).
 -- KEYS[1]  base key of the frontier
 -- KEYS[2]  its address space (optional: see _lib.lua's IPB; acknowledgements free addresses)
 -- ARGV[1]  dedup mode: "exact" | "bloom" | "none"
@@ -10,15 +11,19 @@
 -- ARGV[3]  number of lease ids to acknowledge, then the ids
 -- then     number of history writes, then 11 values each (_recrawl.lua
 --          read_writes), applied before the acknowledgements
+-- then     number of promotions, then 4 values each: domain, priority,
+--          entry, position in its queue (_lib.lua's promote())
 -- then per request, 6 values: a, b, domain, priority, entry, filter ("1" dedup, "0" dont_filter)
 --   exact: a = bucket, b = 64-bit digest slice as a decimal integer
 --   bloom: a, b = two 32-bit hashes of the digest (double hashing)
--- Returns {added, duplicates, spilled, acked, over_budget, excluded, unseen, untracked}:
+-- Returns {added, duplicates, spilled, acked, over_budget, excluded, unseen, untracked, seqs, promoted}:
 --   spilled counts the added requests queued past their domain's head (the
 --   compact tier: _lib.lua's push()); unseen lists the 1-based places of the
 --   requests to dedup ("1") that were not marked seen (over budget or
---   excluded); untracked counts the
---   history creates a recrawl cap refused
+--   excluded); untracked counts the history creates a recrawl cap refused;
+--   seqs, in the in-link order, {place, position, ...} of the requests
+--   added; promoted, per promotion, its outcome and the requests its queue
+--   had given so far (promote()).
 local base = KEYS[1]
 local acks, i = read_list(3)
 local writes
@@ -26,15 +31,25 @@ writes, i = recrawl.read_writes(i)
 local now = now_ms()
 local untracked = recrawl.history_write(base, writes, now)
 local acked = ack_all(base, acks, now)
+local promoted = {}
+local promotions = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, promotions do
+  local outcome, given = promote(base, ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3]), now)
+  redis.call('HINCRBY', base .. ':stats', outcome == 'promoted' and 'promoted' or 'promote_' .. outcome, 1)
+  promoted[#promoted + 1] = outcome
+  promoted[#promoted + 1] = given
+  i = i + 4
+end
 local offer = new_offer(base, ARGV[1], tonumber(ARGV[2]))
 local unseen, n = {}, 0
 while i + 5 <= #ARGV do
   n = n + 1
-  if not offer.one(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5])
+  if not offer.one(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], n)
       and ARGV[i + 5] == '1' then
     unseen[#unseen + 1] = n
   end
   i = i + 6
 end
 local r = offer.finish()
-return {r[1], r[2], r[3], acked, r[4], r[5], unseen, untracked}
+return {r[1], r[2], r[3], acked, r[4], r[5], unseen, untracked, r[6], promoted}

@@ -184,7 +184,8 @@ def test_rank_serves_the_host_more_hosts_link_to() -> None:
 
 FRONTIER_ORDERS = [("decay", "sketch16t2"), ("decay", "sketch8t1m"), ("decay", "sketch16t2+r32"),
                    ("decay", "sketch16t1+g+r16+p8"), ("decay", "x"), ("decay", "e10"), ("decay", "xe10"),
-                   ("decay", "x+e3"), ("decay1.5", "fifo"), ("decay0.75", "sketch16t2+r32")]
+                   ("decay", "x+e3"), ("decay1.5", "fifo"), ("decay0.75", "sketch16t2+r32"),
+                   ("decay", "sketch8t2+g+q"), ("decay", "sketch8t2+g+q+i"), ("decay", "sketch4t1+q+p2")]
 
 
 @pytest.mark.parametrize(("host", "within"), FRONTIER_ORDERS)
@@ -199,6 +200,8 @@ def test_frontier_orders_are_polite_and_fetch_twice_only_as_counted_doubles(web:
     else:
         assert c.double is not None and c.double.size == c.fetched.size
         assert c.costs["double"] == int(dbl.sum())
+        if model.Order("o", host, within).frontier.exact:  # type: ignore[union-attr]
+            assert not dbl.any() and c.costs["skip_evicted"] == 0  # the exact guard: never twice
     fresh = c.fetched[~dbl]
     assert np.unique(fresh).size == fresh.size  # each page once, but for the doubles
     # a double is a page fetched before, by an earlier entry
@@ -227,11 +230,16 @@ def test_frontier_orders_are_polite_and_fetch_twice_only_as_counted_doubles(web:
     assert (c.discover_tick[nonseed] == first[nonseed]).all()
 
 
+def _small_crawl(within: str, edges: list[tuple[int, int]], n: int, start: list[int], seeds: list[int],
+                 until: int, slots: int = 1) -> model.Crawl:
+    g = model.from_edges(n, edges, start=start)
+    return model.simulate(g, model.Order(within, "due", within), seeds=np.array(seeds), slots=slots, delay=1,
+                          until=until)
+
+
 def _first_fetches(within: str, edges: list[tuple[int, int]], n: int, start: list[int], seeds: list[int],
                    until: int, slots: int = 1) -> tuple[list[int], list[bool]]:
-    g = model.from_edges(n, edges, start=start)
-    c = model.simulate(g, model.Order(within, "due", within), seeds=np.array(seeds), slots=slots, delay=1,
-                       until=until)
+    c = _small_crawl(within, edges, n, start, seeds, until, slots)
     dbl = c.double if c.double is not None else np.zeros(c.fetched.size, dtype=bool)
     return c.fetched.tolist(), dbl.tolist()
 
@@ -275,6 +283,55 @@ def test_space_saving_replaces_the_minimum_and_inherits_its_count() -> None:
     assert _first_fetches("sketch1t2+g", edges, 5, [0], [0], 5)[0] == [0, 1, 2, 3, 4]
 
 
+def test_the_exact_guard_refuses_a_fetched_url_and_never_counts_it_again() -> None:
+    """``q``: page 1 links back to the home page 0, fetched: the promotion
+    of 0 is refused (no slot spent: the FIFO's page 2 is fetched in that
+    turn), 0 leaves the sketch, and pages 2 and 3 linking to it again are
+    not counted (the plain sketch fetches 0 again, whose links seen again
+    promote 1 again, and 0 once more after 2)."""
+    edges = [(0, 1), (0, 2), (0, 3), (0, 4), (1, 0), (2, 0), (3, 0)]
+    plain = _first_fetches("sketch16t1", edges, 5, [0], [0], 8)
+    assert plain == ([0, 1, 0, 1, 2, 0, 3, 4], [False, False, True, True, False, True, False, False])
+    c = _small_crawl("sketch16t1+q", edges, 5, [0], [0], 8)
+    assert c.fetched.tolist() == [0, 1, 2, 3, 4] and c.double is not None and not c.double.any()
+    assert c.costs["refused"] == 1 and c.costs["sightings"] == 1 and c.costs["ignored_hits"] == 2
+    assert c.costs["promotions"] == 0 and c.costs["ignored_held"] == 1
+
+
+def test_the_exact_guard_promotes_a_url_once_and_refuses_when_the_skip_set_is_full() -> None:
+    """``q``: page 3, seen again on page 1, is promoted; seen again on page
+    2 after its fetch it is not counted (the plain sketch promotes it again:
+    a double). With a skip set of 1 (``p1``) holding page 4, the promotion of
+    page 3 is refused (``full``) instead of forgetting 4 (which the FIFO
+    would fetch again)."""
+    edges = [(0, 1), (0, 2), (0, 3), (0, 4), (1, 3), (2, 3)]
+    assert _first_fetches("sketch16t1", edges, 5, [0], [0], 6) == ([0, 1, 3, 2, 3, 4], [False] * 4 + [True, False])
+    c = _small_crawl("sketch16t1+q", edges, 5, [0], [0], 6)
+    assert c.fetched.tolist() == [0, 1, 3, 2, 4] and c.double is not None and not c.double.any()
+    assert c.costs["promotions"] == 1 and c.costs["ignored_hits"] == 1 and c.costs["refused"] == 0
+    edges = [(0, 1), (0, 2), (0, 3), (0, 4), (1, 3), (1, 4), (1, 4)]
+    assert _first_fetches("sketch16t1+p1", edges, 5, [0], [0], 7)[1][-1]  # forgotten: fetched twice
+    c = _small_crawl("sketch16t1+q+p1", edges, 5, [0], [0], 7)
+    assert c.fetched.tolist() == [0, 1, 4, 2, 3] and c.double is not None and not c.double.any()
+    assert c.costs["refused_full"] == 1 and c.costs["skip_evicted"] == 0
+
+
+def test_internal_only_counts_links_from_the_urls_own_host() -> None:
+    """Host 0 (pages 0-3), host 1 (pages 4, 5), both home pages seeds: page
+    5 (host 1) links to page 3 after host 0 found it. The sketch counts that
+    link and serves 3 before 2; ``i`` does not count it (FIFO), but counts
+    the same link from host 0's page 1."""
+    start, seeds = [0, 4], [0, 4]
+    cross = [(0, 1), (0, 2), (0, 3), (4, 5), (5, 3)]
+    assert _first_fetches("sketch16t1", cross, 6, start, seeds, 6, slots=2)[0] == [0, 4, 1, 5, 3, 2]
+    c = _small_crawl("sketch16t1+i", cross, 6, start, seeds, 6, slots=2)
+    assert c.fetched.tolist() == [0, 4, 1, 5, 2, 3]
+    assert c.costs["sightings"] == 0 and c.costs["cross_unseen"] == 1
+    own = [(0, 1), (0, 2), (0, 3), (4, 5), (1, 3)]
+    assert _first_fetches("sketch16t1+i", own, 6, start, seeds, 6, slots=2)[0] == [0, 4, 1, 5, 3, 2]
+    assert _first_fetches("sketch16t1+q+i", own, 6, start, seeds, 6, slots=2)[0] == [0, 4, 1, 5, 3, 2]
+
+
 def test_lanes_at_discovery() -> None:
     """Host 0 (pages 0-3), host 1 (page 4), both home pages seeds: page 0
     links to 1, page 4 to 3, page 1 to 2. FIFO serves page 1 next, the
@@ -294,8 +351,10 @@ def test_frontier_names_parse_and_refuse_nonsense() -> None:
     assert f == model.Frontier(k=16, t=2, memory=True, guaranteed=True, recent=32, skip=8, x=True, early=10)
     assert f is not None and f.lanes == 3
     assert model.Frontier.parse("xe5") == model.Frontier(x=True, early=5, joint=True)
+    assert model.Frontier.parse("sketch8t2+g+q+i") == model.Frontier(k=8, t=2, guaranteed=True, exact=True,
+                                                                     internal=True)
     assert model.host_alpha("decay") == 1.0 and model.host_alpha("decay1.25") == 1.25
-    for bad in ("sketch", "sketch16", "r32", "sketch16t0", "lanes", "x+y"):
+    for bad in ("sketch", "sketch16", "r32", "sketch16t0", "lanes", "x+y", "q", "i", "sketch8t2+qi"):
         with pytest.raises(ValueError):
             model.Order("x", "decay", bad)
     with pytest.raises(ValueError):

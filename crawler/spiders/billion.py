@@ -110,6 +110,9 @@ class BillionSpider(scrapy.Spider):
         # short of capacity, the domains that matter first: the most domains
         # seen linking to them per request given (docs/frontier.md, docs/crawl-order.md)
         "CRAWLER_DOMAIN_ORDER": "rank",
+        # within a domain, the pages links found again lead to first (a
+        # sketch per domain in each process; docs/frontier.md, crawl-order.md)
+        "CRAWLER_WITHIN_ORDER": "inlinks",
         "CRAWLER_WARC_DIR": "output/warc",
         # one item per page; Scrapy starts CONCURRENT_ITEMS tasks for every
         # response (100 by default): a quarter of the crawl's CPU
@@ -268,7 +271,7 @@ class BillionSpider(scrapy.Spider):
             # every link counts for the order (a domain's linking domains), known or not
             session.links_from(domain_of(response.url), links)
             # links the frontier has seen were checked when first offered
-            fresh = session.unknown(links)
+            fresh = session.unknown(links, depth=depth + 1)
             known, links = len(links) - len(fresh), fresh
         if self.robots is not None and links:
             links = self._robots_allowed(links)

@@ -21,6 +21,7 @@ from crawler.store.frontier import (
     Leased,
     Lookup,
     Politeness,
+    Promotion,
     Reply,
     TakeResult,
     bloom_error_rate,
@@ -64,5 +65,5 @@ __all__ = ["CHANGED", "CREATE", "DEAD", "DEDUP_MODES", "DELETE", "DISALLOWED", "
            "STORED_ENDS", "UNCHANGED", "UNKNOWN", "UPDATE", "VANISHED", "Acknowledgement", "AddResult",
            "AddressPoliteness", "DeadLetter", "DeadLetters", "Dedup", "DomainLocks", "Epoch", "Frontier",
            "FrontierConfigError", "FrontierLost", "Hint", "HintResult", "HistoryWrite", "Item", "Keys", "Leased", "Ledger", "Lookup",
-           "LuaScript", "Politeness", "Recrawl", "Reply", "RobotsStore", "Scripts", "TakeResult", "bloom_error_rate",
+           "LuaScript", "Politeness", "Promotion", "Recrawl", "Reply", "RobotsStore", "Scripts", "TakeResult", "bloom_error_rate",
            "describe", "stored_dedup", "wire_writes"]

@@ -45,6 +45,7 @@ from crawler.store.records import (
     Leased,
     Lookup,
     Politeness,
+    Promotion,
     Recrawl,
     Reply,
     TakeResult,
@@ -97,6 +98,7 @@ class Frontier(FrontierViews):
         budget_max: int = 0,
         block: int = 128,
         order: str = "due",
+        within: str = "fifo",
         lease_seconds: float = 180.0,
         addresses: AddressPoliteness | None = None,
         shards: int = 1,
@@ -122,6 +124,7 @@ class Frontier(FrontierViews):
         self.domain_cap = domain_cap  # the head of a domain's queue (0: no compact tier)
         self.block = block
         self.order = order  # of due domains: "due" (their turn) or "rank" (docs/frontier.md)
+        self.within = within  # of a domain's requests: "fifo" or "inlinks" (promote(): docs/frontier.md)
         self.domain_budget = domain_budget
         # a budget by rank (lua/_lib.lua's new_offer): up to this, by the domain's weight
         self.budget_max = budget_max
@@ -194,8 +197,11 @@ class Frontier(FrontierViews):
         pipe.hset(meta, mapping={"ip_delay": _ms(a.delay * spread), "ip_shared_delay": _ms(a.shared_delay * spread),
                                  "ip_shared_cap": a.shared_cap, "ip_shared_min": a.shared_min,
                                  "dns_ttl": _ms(a.ttl), "dns_nx": a.nx_retries, "dns_claim": _ms(a.claim)})
+        # the in-link order's positions start anew each time it is turned on (lua/_lib.lua)
+        if self.within == "inlinks" and self.client.hget(meta, "within") != b"inlinks":
+            pipe.hincrby(meta, "wgen", 1)
         # the compact tier (crawler/store/tiers.py): the head of a domain's queue, the records of a block
-        pipe.hset(meta, mapping={"head": self.domain_cap, "block": self.block, "order": self.order,
+        pipe.hset(meta, mapping={"within": self.within, "head": self.domain_cap, "block": self.block, "order": self.order,
                                  "budget": self.domain_budget, "budget_max": self.budget_max})
         r = self.recrawl
         if r is not None:  # design/recrawl.md E: ms where the scripts count ms
@@ -210,16 +216,25 @@ class Frontier(FrontierViews):
 
     # --- the hot path ----------------------------------------------------
 
-    def add(self, items: Sequence[Item], acks: Iterable[str | Acknowledgement] = ()) -> AddResult:
+    def add(self, items: Sequence[Item], acks: Iterable[str | Acknowledgement] = (),
+            promotions: Sequence[Promotion] = ()) -> AddResult:
+        """Acknowledge ``acks`` (their history writes first), promote
+        ``promotions`` (the in-link order), then admit ``items``: one
+        ``enqueue.lua`` call."""
         acks = list(acks)
         args: list[Any] = [self.dedup.mode, self.domain_budget,
-                           *wire_acks(acks, self.clock.monotonic()), *wire_writes(acks)]
+                           *wire_acks(acks, self.clock.monotonic()), *wire_writes(acks), len(promotions)]
+        for p in promotions:
+            args += (p.domain, p.priority, p.entry, p.position)
         for item in items:
             a, b = self.dedup.args(item.digest)
             args += (a, b, item.domain, item.priority, item.entry, "0" if item.dont_filter else "1")
         # the reply's 8th slot (history creates refused by a cap) is counted in :stats rv_untracked
-        added, dups, spilled, acked, over, excluded, unseen = self.scripts.enqueue(keys=self.script_keys, args=args)[:7]
-        return AddResult(added, dups, spilled, acked, over, excluded, tuple(unseen))
+        reply = self.scripts.enqueue(keys=self.script_keys, args=args)
+        added, dups, spilled, acked, over, excluded, unseen, _, seqs, promoted = reply
+        return AddResult(added, dups, spilled, acked, over, excluded, tuple(unseen),
+                         {int(seqs[i]): int(seqs[i + 1]) for i in range(0, len(seqs), 2)},
+                         tuple((promoted[i].decode(), int(promoted[i + 1])) for i in range(0, len(promoted), 2)))
 
     def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:
         """``(target, source)`` pairs of registered domains, ``source`` linking

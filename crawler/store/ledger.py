@@ -15,6 +15,8 @@ while its robots.txt is unreachable), until it ends:
   unchanged: stored as a WARC revisit record;
 - ``redirected``: it redirected elsewhere; the target is a URL of its own;
 - ``excluded``: its domain was excluded while it waited;
+- ``superseded``: a copy of it was served before its turn (the in-link
+  order, ``CRAWLER_WITHIN_ORDER``), and the queued one was dropped;
 - ``lost``: dropped with an error (an entry that cannot be decoded);
 - ``unknown``: it ended where no middleware saw how.
 
@@ -25,6 +27,12 @@ A tracked URL (``CRAWLER_RECRAWL``) is admitted again each time it is leased
 for a revisit (``revisits``): ``admitted = enqueued + revisits``. A revisit
 lease that expires takes its admission back (it returns to its schedule,
 not to a queue: ``lua/dequeue.lua``).
+
+In the in-link order a queued URL many links lead to is promoted: a copy
+of it is queued to be served first (``promoted``), and whichever copy
+comes up second is dropped (``superseded``) or, when the queue had given
+the URL already and the promotion was refused, never made:
+``admitted = enqueued + revisits + promoted``.
 
 The one-letter codes of the ends are what the scripts read.
 """
@@ -43,7 +51,7 @@ STORED_ENDS = (STORED, NOT_MODIFIED)
 
 
 #: the end states, in the order they are shown
-END_STATES = (*ENDS.values(), "excluded")
+END_STATES = (*ENDS.values(), "excluded", "superseded")
 
 
 @dataclass(frozen=True)
@@ -59,7 +67,8 @@ class Ledger:
         counters = status["counters"]
         ends = {name: counters.get(f"end_{name}", 0) for name in ENDS.values()}
         ends["excluded"] = counters.get("excluded_dropped", 0)
-        admitted = counters.get("enqueued", 0) + counters.get("revisits", 0)
+        ends["superseded"] = counters.get("superseded", 0)
+        admitted = counters.get("enqueued", 0) + counters.get("revisits", 0) + counters.get("promoted", 0)
         return cls(admitted, ends, status["queued"], status["leases"], status["delayed"])
 
     @property

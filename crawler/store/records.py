@@ -148,6 +148,18 @@ class Leased:
     address: str = ""
 
 
+@dataclass(frozen=True)
+class Promotion:
+    """A queued request a worker found many links to, to be served before its
+    turn (the in-link order: ``lua/_lib.lua``'s ``promote()``): a copy of its
+    entry, and its position in its domain's queue at its priority."""
+
+    domain: str
+    priority: int
+    entry: bytes
+    position: int
+
+
 @dataclass
 class AddResult:
     added: int = 0
@@ -157,6 +169,11 @@ class AddResult:
     over_budget: int = 0
     excluded: int = 0
     unseen: tuple[int, ...] = ()  # enqueue: 1-based places of items to dedup not marked seen
+    #: the in-link order: 1-based place of an item added -> its position in its domain's queue
+    positions: dict[int, int] = field(default_factory=dict)
+    #: the in-link order: per promotion sent, its outcome ("promoted", "late", ...) and the
+    #: requests its queue had given so far (lua/_lib.lua's promote())
+    promoted: tuple[tuple[str, int], ...] = ()
 
 
 class Reply(IntEnum):

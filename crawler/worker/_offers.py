@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from scrapy.utils.request import RequestFingerprinterProtocol
 
     from crawler.identity import Canonicalizer
+    from crawler.worker._inlinks import InlinkSketch
     from crawler.worker._leases import Leases
     from crawler.worker._writes import WriteBuffer
 
@@ -33,7 +34,7 @@ class Offers:
     def __init__(self, spider: Spider, shard: int, shards: int, forward: bool, writes: WriteBuffer,
                  leases: Leases, fingerprinter: RequestFingerprinterProtocol, stats: StatsCollector | None,
                  *, canonicalize: Canonicalizer, dedup_start_requests: bool, hints: bool = False,
-                 links_between: int = 0) -> None:
+                 links_between: int = 0, inlinks: InlinkSketch | None = None) -> None:
         self.spider = spider
         self.shard = shard
         self.shards = shards
@@ -50,6 +51,8 @@ class Offers:
         #: (each pair once per process while this many are remembered: docs/frontier.md)
         self.links_between = links_between
         self._pairs: set[tuple[str, str]] = set()
+        #: CRAWLER_WITHIN_ORDER = "inlinks": links found again counted, promotions to the write buffer
+        self.inlinks = inlinks
 
     def request(self, request: Request) -> bool:
         """Buffer ``request`` (see ``FrontierScheduler.enqueue_request``); a
@@ -106,6 +109,8 @@ class Offers:
             digest = url_fingerprint(url)
             if recent is not None and digest in recent:
                 known += 1
+                if self.inlinks is not None:
+                    self._sighted(url, digest, depth, priority)
                 continue
             domain = domain_of(url)
             item = Item(digest, domain, priority, codec.encode_url(url, depth))
@@ -144,13 +149,32 @@ class Offers:
             sent += 1
         return sent
 
-    def unknown(self, urls: list[str]) -> list[str]:
+    def unknown(self, urls: list[str], depth: int = 0, priority: int = 0) -> list[str]:
         """``urls`` (canonical) less those :class:`Recent` knows, counted as
-        offered duplicates: a caller can skip its own checks of those."""
+        offered duplicates: a caller can skip its own checks of those. In
+        the in-link order each one known is a link found again (to be
+        offered at ``depth`` and ``priority`` if it is promoted)."""
         recent = self.writes.recent
         if recent is None or not urls:
             return urls
-        fresh = [url for url in urls if url_fingerprint(url) not in recent]
+        fresh = []
+        for url in urls:
+            digest = url_fingerprint(url)
+            if digest not in recent:
+                fresh.append(url)
+            elif self.inlinks is not None:
+                self._sighted(url, digest, depth, priority)
         if len(fresh) < len(urls):
             inc(self.stats, "crawler/frontier/duplicates_local", len(urls) - len(fresh))
         return fresh
+
+    def _sighted(self, url: str, digest: bytes, depth: int, priority: int) -> None:
+        """A link found again to ``url``: counted if this process queued it
+        in this shard (its position known), a promotion buffered when it is due."""
+        assert self.inlinks is not None
+        position = self.writes.recent.position(digest) if self.writes.recent is not None else None
+        if position is None:
+            return
+        promotion = self.inlinks.sighted(domain_of(url), priority, digest, position, url, depth)
+        if promotion is not None:
+            self.writes.promotions.append(promotion)

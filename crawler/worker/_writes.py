@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from crawler.clock import SYSTEM, Clock
-from crawler.store import AddResult, Frontier, Hint, Item
+from crawler.store import AddResult, Frontier, Hint, Item, Promotion
 from crawler.worker._recent import Recent
 from crawler.worker._shards import Outbox
 from crawler.worker._stats import inc
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
     from crawler.store import Leased
+    from crawler.worker._inlinks import InlinkSketch
     from crawler.worker._leases import Ack
 
 __all__ = ["WriteBuffer"]
@@ -78,18 +79,21 @@ class WriteBuffer:
         self.hints: list[Hint] = []
         #: rank order: (target domain, linking domain) pairs, by the target's shard (``Offers.links_from``)
         self.links: dict[int, list[tuple[str, str]]] = {}
+        #: the in-link order: requests many links lead to, promoted with the next items (``_inlinks.py``)
+        self.promotions: list[Promotion] = []
+        self.inlinks: InlinkSketch | None = None
         #: leases whose retry Redis refused for want of memory: not acknowledged, handed back at close
         self.kept: list[str] = []
         self._oom_dropped = 0
         self._oom_logged = -1e9
 
     def __bool__(self) -> bool:
-        return bool(self.items or self.delays or self.outbox or self.acks or self.hints)
+        return bool(self.items or self.delays or self.outbox or self.acks or self.hints or self.promotions)
 
     @property
     def requests_wait(self) -> bool:
         """Requests wait (not just acknowledgements)."""
-        return bool(self.items or self.delays or self.outbox)
+        return bool(self.items or self.delays or self.outbox or self.promotions)
 
     @property
     def full(self) -> bool:
@@ -157,7 +161,7 @@ class WriteBuffer:
         delayed = bool(self.delays)
         if self.delays:
             self._store_delays()
-        result = self._store_items() if self.items else None
+        result = self._store_items() if self.items or self.promotions else None
         if self.hints:
             self._store_hints()
         if self.links:
@@ -182,15 +186,20 @@ class WriteBuffer:
         self.delays = []
 
     def _store_items(self) -> AddResult | None:
+        promotions = self.promotions
         try:
-            result = self.store.add(self.items, self.acks)
+            result = self.store.add(self.items, self.acks, promotions)
         except redis.exceptions.OutOfMemoryError:
             self.out_of_memory(len(self.items))
-            self.items = []
+            self.items, self.promotions = [], []  # promotions are advice: dropped with the rest
             return None
         if self.recent is not None:
-            self.recent.mark(self.items, result.unseen)
-        self.items, self.acks = [], []
+            self.recent.mark(self.items, result.unseen, result.positions)
+        self.items, self.acks, self.promotions = [], [], []
+        if self.inlinks is not None:
+            for p, (outcome, given) in zip(promotions, result.promoted):
+                self.inlinks.given(p.domain, p.priority, given)
+                inc(self.stats, f"crawler/frontier/inlinks/{outcome}")
         self.count(result)
         inc(self.stats, "crawler/frontier/acked", result.acked)
         return result

@@ -55,6 +55,8 @@ class FrontierSettings:
     block: int
     #: the order of due domains ("due", "rank") and the ranking file (docs/frontier.md)
     order: str
+    #: the order of a domain's requests: "fifo", or "inlinks" (crawler/worker/_inlinks.py)
+    within: str
     ranks: str | None
     domain_budget: int
     #: a budget by rank: the most a domain's weight raises ``domain_budget`` to (0: a flat budget)
@@ -84,7 +86,7 @@ class FrontierSettings:
         """The frontier at ``keys`` (one of ``shards``) as these settings describe it."""
         return Frontier(client, keys, dedup=self.dedup, politeness=self.politeness, overrides=self.overrides,
                         domain_cap=self.domain_cap, domain_budget=self.domain_budget, budget_max=self.budget_max, block=self.block,
-                        order=self.order,
+                        order=self.order, within=self.within,
                         lease_seconds=self.lease_seconds, addresses=self.addresses, shards=shards, clock=clock,
                         recrawl=self.recrawl)
 
@@ -142,6 +144,7 @@ class FrontierSettings:
             domain_cap=setting(settings, "CRAWLER_DOMAIN_QUEUE_CAP"),
             block=setting(settings, "CRAWLER_FRONTIER_BLOCK"),
             order=setting(settings, "CRAWLER_DOMAIN_ORDER"),
+            within=setting(settings, "CRAWLER_WITHIN_ORDER"),
             ranks=setting(settings, "CRAWLER_RANKS"),
             domain_budget=setting(settings, "CRAWLER_DOMAIN_BUDGET"),
             budget_max=setting(settings, "CRAWLER_DOMAIN_BUDGET_MAX"),

@@ -52,6 +52,7 @@ from crawler.ranks import read_ranks
 from crawler.settings_registry import setting
 from crawler.store import DeadLetters, Frontier, FrontierLost, Keys
 from crawler.worker._history import HistoryBook
+from crawler.worker._inlinks import InlinkSketch
 from crawler.worker._intake import EngineWaker, Intake
 from crawler.worker._leases import Lease, Leases, Storage
 from crawler.worker._names import Names
@@ -204,6 +205,11 @@ class WorkerSession(Services):
         recent = Recent(config.dedup_local) if config.dedup_local else None
         self._writes = WriteBuffer(store, outbox, self.stats, config.batch, config.ack_interval,
                                    self._acks_due, self.clock, recent)
+        if config.within == "inlinks":  # the links found again are counted in the process (_inlinks.py)
+            if recent is None:
+                logger.warning("CRAWLER_WITHIN_ORDER = 'inlinks' counts the links found again to requests this "
+                               "process remembers queuing: with CRAWLER_DEDUP_LOCAL = 0 it counts none (FIFO)")
+            self._writes.inlinks = InlinkSketch()
         self._leases = Leases(self.clock, config.delay_from, self.stats, self._writes,
                               max(config.ack_interval, STORAGE_LOOK))
         if config.recrawl.on:  # each ending lease's acknowledgement carries its history write (_history.py)
@@ -221,7 +227,8 @@ class WorkerSession(Services):
         self._offers = Offers(spider, shard, shards, config.forward, self._writes, self._leases,
                               self._fingerprinter, self.stats, canonicalize=Canonicalizer(config.tracking),
                               dedup_start_requests=self._dedup_start_requests, hints=config.recrawl.on,
-                              links_between=LINKS_REMEMBERED if config.weighs else 0)
+                              links_between=LINKS_REMEMBERED if config.weighs else 0,
+                              inlinks=self._writes.inlinks)
         self._dead_letters = DeadLetters(self.server, keys, self._dlq_max)
         self._flusher = task.LoopingCall(self._tick)
         self._flusher.clock = self.clock.timers
@@ -487,11 +494,14 @@ class WorkerSession(Services):
         next flush. Returns the pairs it adds (0 in the due order)."""
         return self._offers.links_from(source, urls)
 
-    def unknown(self, urls: list[str]) -> list[str]:
+    def unknown(self, urls: list[str], depth: int = 0, priority: int = 0) -> list[str]:
         """The canonical ``urls`` not known here as seen by the frontier: a
         link found again need not be checked (robots.txt) before it is
-        offered. Those left out count in ``crawler/frontier/duplicates_local``."""
-        return self._offers.unknown(urls)
+        offered. Those left out count in ``crawler/frontier/duplicates_local``;
+        in the in-link order (``CRAWLER_WITHIN_ORDER``) each is a link found
+        again, counted for its request, offered at ``depth`` and ``priority``
+        if it is promoted."""
+        return self._offers.unknown(urls, depth, priority)
 
     def flush(self) -> None:
         """Store buffered requests, and the acknowledgements buffered with

@@ -1,0 +1,98 @@
+"""The in-link order within a domain (``CRAWLER_WITHIN_ORDER = "inlinks"``,
+docs/frontier.md): the links a process finds again to requests it queued
+are counted, and a request many lead to is promoted (``Frontier.add``'s
+``promotions``: ``lua/_lib.lua``'s ``promote()``), served before its turn.
+
+Per domain a Space-Saving sketch of ``counters`` counters, over the links
+found again to requests of that domain whose position in its queue this
+process knows (it queued them: ``Recent``): a request counted again gains
+one; a new one takes a free counter, else the lowest one, and inherits its
+count (plus one). A request is promoted when its *guaranteed* count, the
+count less what it inherited, reaches ``threshold``: one promotion a
+request. The frontier refuses a promotion of a request its queue gave
+already ("late"), so none is fetched twice; every reply says how far the
+queue has given, and what is at or below that is never counted again
+(a site's menu, linked from every page, once fetched costs nothing more).
+
+The memory is bounded whatever the crawl: ``domains`` domains at most (the
+least recently sighted forgotten: a domain forgotten loses its counts,
+nothing else), each ``counters`` counters and ``PROMOTED_KEPT`` promoted
+positions. Measured in a simulation (docs/crawl-order.md,
+``decay/sketch8t2+g``): 8 counters, a threshold of 2.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from crawler.store import Promotion
+from crawler.store.codec import encode_url
+
+#: the positions a domain's sketch remembers it promoted (the frontier refuses the rest: "again")
+PROMOTED_KEPT = 64
+
+
+@dataclass
+class _Domain:
+    #: key -> [count, inherited, priority, position, url, depth]
+    counters: dict[bytes, list] = field(default_factory=dict)
+    #: priority -> how far the queue had given, as the frontier last said
+    given: dict[int, int] = field(default_factory=dict)
+    promoted: deque = field(default_factory=lambda: deque(maxlen=PROMOTED_KEPT))
+
+
+class InlinkSketch:
+    def __init__(self, counters: int = 8, threshold: int = 2, domains: int = 4096) -> None:
+        if counters < 1 or threshold < 1 or domains < 1:
+            raise ValueError("an in-link sketch needs at least one counter, a threshold and a domain")
+        self.counters = counters
+        self.threshold = threshold
+        self.domains = domains
+        self._by_domain: OrderedDict[str, _Domain] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_domain)
+
+    def _domain(self, domain: str) -> _Domain:
+        d = self._by_domain.get(domain)
+        if d is None:
+            d = self._by_domain[domain] = _Domain()
+            if len(self._by_domain) > self.domains:
+                self._by_domain.popitem(last=False)
+        else:
+            self._by_domain.move_to_end(domain)
+        return d
+
+    def sighted(self, domain: str, priority: int, key: bytes, position: int, url: str,
+                depth: int = 0) -> Promotion | None:
+        """A link found again to the request ``key`` (its fingerprint) of
+        ``domain``, queued at ``position`` at ``priority``: counted; the
+        promotion to send when its guaranteed count reaches the threshold."""
+        d = self._domain(domain)
+        if position <= d.given.get(priority, 0) or position in d.promoted:
+            return None
+        c = d.counters.get(key)
+        if c is not None:
+            c[0] += 1
+        elif len(d.counters) < self.counters:
+            c = d.counters[key] = [1, 0, priority, position, url, depth]
+        else:
+            low = min(d.counters, key=lambda k: d.counters[k][0])
+            least = d.counters.pop(low)[0]
+            c = d.counters[key] = [least + 1, least, priority, position, url, depth]
+        if c[0] - c[1] < self.threshold:
+            return None
+        del d.counters[key]
+        d.promoted.append(position)
+        return Promotion(domain, priority, encode_url(url, depth), position)
+
+    def given(self, domain: str, priority: int, upto: int) -> None:
+        """The frontier says ``domain``'s queue at ``priority`` gave its
+        first ``upto``: what is at or below is not counted again."""
+        d = self._by_domain.get(domain)
+        if d is None or upto <= d.given.get(priority, 0):
+            return
+        d.given[priority] = upto
+        for key in [k for k, c in d.counters.items() if c[2] == priority and c[3] <= upto]:
+            del d.counters[key]

@@ -1,0 +1,167 @@
+"""The in-link order within a domain (CRAWLER_WITHIN_ORDER = "inlinks",
+docs/frontier.md): a queued request many links lead to is promoted, served
+before its turn, and its queued copy dropped when it comes up; a promotion
+of a request the queue gave already is refused, so no URL is fetched twice;
+the ledger adds up. Real redis-server processes, a real billion crawl."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from hashlib import sha256
+from pathlib import Path
+
+import redis
+
+from crawler.clock import ManualClock
+from crawler.store import Frontier, Item, Keys, Ledger, Politeness, Promotion
+from crawler.worker._inlinks import InlinkSketch
+from tests.servers import ROOT, scrapy_env
+
+
+def make(client: redis.Redis, clock: ManualClock, within: str = "inlinks", **kwargs) -> Frontier:
+    f = Frontier(client, Keys("crawler", "in", 0), politeness=Politeness(delay=0.001), within=within,
+                 clock=clock, **kwargs)
+    f.open()
+    return f
+
+
+def entry(domain: str, i: int) -> bytes:
+    return f"U0 https://{domain}/{i}".encode()
+
+
+def items(domain: str, start: int, n: int) -> list[Item]:
+    return [Item(sha256(entry(domain, i)).digest(), domain, 0, entry(domain, i)) for i in range(start, start + n)]
+
+
+def served(f: Frontier, clock: ManualClock, rounds: int = 200) -> list[bytes]:
+    """Everything served, one request a take (each acknowledged at once), the tier's jobs run between."""
+    got: list[bytes] = []
+    for _ in range(rounds):
+        taken = f.take(1)
+        got += [x.entry for x in taken.items]
+        f.add([], acks=[f"{x.lease}:0:0:s" for x in taken.items])  # ended stored
+        clock.advance(0.002)
+        if not taken.items and not f.tiers.run().jobs and not f.queued():
+            break
+    return got
+
+
+def balanced(f: Frontier) -> Ledger:
+    status = f.status()
+    ledger = Ledger.from_status({**status, "counters": {k.decode(): int(v) for k, v in
+                                                        f.client.hgetall(f.keys.stats).items()}})
+    assert ledger.balanced, ledger.as_dict()
+    return ledger
+
+
+def test_a_promoted_request_is_served_first_and_its_queued_copy_dropped(redis_client: redis.Redis,
+                                                                         clock: ManualClock) -> None:
+    f = make(redis_client, clock)
+    result = f.add(items("a.test", 0, 6))
+    assert result.positions == {1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6}
+    (outcome,) = f.add([], promotions=[Promotion("a.test", 0, entry("a.test", 4), 5)]).promoted
+    assert outcome == ("promoted", 0)
+    got = served(f, clock)
+    assert got == [entry("a.test", i) for i in (4, 0, 1, 2, 3, 5)]  # once each, the promoted first
+    ledger = balanced(f)
+    assert ledger.admitted == 7 and ledger.ends["superseded"] == 1 and ledger.ends["stored"] == 6
+
+
+def test_a_promotion_of_a_request_given_already_is_refused(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, clock)
+    f.add(items("a.test", 0, 4))
+    taken = f.take(1)  # position 1 given
+    f.add([], acks=[f"{x.lease}:0:0:s" for x in taken.items])
+    outcomes = f.add([], promotions=[Promotion("a.test", 0, entry("a.test", 0), 1),   # served already
+                                     Promotion("a.test", 0, entry("a.test", 2), 3),
+                                     Promotion("a.test", 0, entry("a.test", 2), 3),   # twice
+                                     Promotion("a.test", 0, entry("a.test", 9), 9),   # never given
+                                     Promotion("b.test", 0, entry("b.test", 0), 1)]).promoted
+    assert [o for o, _ in outcomes] == ["late", "promoted", "again", "unknown", "unknown"]
+    assert outcomes[0][1] == 1  # what the queue had given: the worker stops counting up to it
+    clock.advance(0.002)
+    assert served(f, clock) == [entry("a.test", i) for i in (2, 1, 3)]
+    stats = {k.decode(): int(v) for k, v in redis_client.hgetall(f.keys.stats).items()}
+    assert (stats["promoted"], stats["promote_late"], stats["promote_again"], stats["superseded"]) == (1, 1, 1, 1)
+    balanced(f)
+
+
+def test_positions_hold_across_the_compact_tier_and_requests_put_back(redis_client: redis.Redis,
+                                                                      clock: ManualClock) -> None:
+    f = make(redis_client, clock, domain_cap=2, block=4)
+    f.add(items("a.test", 0, 20))
+    f.tiers.run()  # 18 past the head: blocks and a spill
+    taken = f.take(1)  # position 1
+    assert f.release([x.lease for x in taken.items]) == 1  # given back: to the head's front, no new position
+    clock.advance(0.002)
+    f.add([], promotions=[Promotion("a.test", 0, entry("a.test", 15), 16)])
+    got = served(f, clock)
+    assert got == [entry("a.test", 15)] + [entry("a.test", i) for i in range(20) if i != 15]
+    balanced(f)
+
+
+def test_positions_start_behind_what_was_queued_before_the_order_was_on(redis_client: redis.Redis,
+                                                                        clock: ManualClock) -> None:
+    before = make(redis_client, clock, within="fifo")
+    before.add(items("a.test", 0, 3))
+    assert before.add(items("a.test", 3, 1)).positions == {}  # fifo: none given
+    after = make(redis_client, clock)  # turned on: a new generation
+    assert after.add(items("a.test", 4, 2)).positions == {1: 5, 2: 6}
+    after.add([], promotions=[Promotion("a.test", 0, entry("a.test", 5), 6)])
+    assert served(after, clock) == [entry("a.test", i) for i in (5, 0, 1, 2, 3, 4)]
+    balanced(after)
+
+
+def test_an_excluded_domain_drops_its_promoted_requests_too(redis_client: redis.Redis, clock: ManualClock) -> None:
+    f = make(redis_client, clock)
+    f.add(items("a.test", 0, 4) + items("b.test", 0, 2))
+    f.add([], promotions=[Promotion("a.test", 0, entry("a.test", 3), 4)])
+    f.exclude(["a.test"])
+    assert served(f, clock) == [entry("b.test", 0), entry("b.test", 1)]
+    assert f.add([], promotions=[Promotion("a.test", 0, entry("a.test", 2), 3)]).promoted == (("excluded", 0),)
+    assert not [k for k in redis_client.scan_iter(match=f.keys.pattern()) if b":pq:" in k or b":sp:" in k]
+    ledger = balanced(f)
+    assert ledger.ends["excluded"] == 5
+
+
+def test_the_sketch_promotes_the_most_linked_and_stops_at_what_was_served() -> None:
+    sketch = InlinkSketch(counters=2, threshold=2)
+    d = "a.test"
+    assert sketch.sighted(d, 0, b"k1", 1, "https://a.test/1") is None  # count 1
+    assert sketch.sighted(d, 0, b"k2", 2, "https://a.test/2") is None
+    # full: k3 takes the lowest counter (1): count 2, inherited 1, 1 guaranteed
+    assert sketch.sighted(d, 0, b"k3", 3, "https://a.test/3", depth=2) is None
+    assert sketch.sighted(d, 0, b"k3", 3, "https://a.test/3", depth=2) == \
+        Promotion(d, 0, b"U2 https://a.test/3", 3)  # 2 guaranteed: promoted
+    assert sketch.sighted(d, 0, b"k3", 3, "https://a.test/3") is None  # once
+    sketch.given(d, 0, 5)  # the queue gave its first 5: nothing at or below is counted again
+    assert all(sketch.sighted(d, 0, b"k4", 4, "https://a.test/4") is None for _ in range(5))
+    assert sketch.sighted(d, 1, b"k4", 4, "https://a.test/4") is None  # another priority counts on its own
+    assert sketch.sighted(d, 1, b"k4", 4, "https://a.test/4") is not None
+    small = InlinkSketch(domains=2)
+    for name in ("a.test", "b.test", "c.test"):
+        small.sighted(name, 0, b"k", 1, "https://x/")
+    assert len(small) == 2  # the least recently sighted domain forgotten
+
+
+def test_billion_promotes_what_links_lead_to_and_fetches_each_page_once(redis_url: str, make_web,
+                                                                               tmp_path: Path) -> None:
+    web = make_web(domains=1, pages=60, links=6, size_fixed=3000, private_share=0, cross_share=0, dup_share=0,
+                   crawl_delay_share=0)
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text(web.url(0) + "\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapy", "crawl", "billion", "-a", f"seeds={seeds}", "-s", "CRAWLER_DOMAIN_DELAY=0.02",
+         "-s", "CRAWLER_PROGRESS_INTERVAL=0", "-s", "CRAWLER_KEY_PREFIX=inl", "-s", "CONCURRENT_REQUESTS=1"],
+        cwd=ROOT, env=scrapy_env(redis_url, CRAWLER_CONTACT="ops@example.org"), capture_output=True, text=True,
+        timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    client = redis.Redis.from_url(redis_url)
+    stats = {k.decode(): int(v) for k, v in client.hgetall("inl:{billion:0}:stats").items()}
+    pages = [e.path for e in web.log() if e.path != "/robots.txt"]
+    assert len(pages) == len(set(pages))  # each page once
+    # every promoted copy fetched, every queued copy it overtook dropped; refused ones counted
+    assert stats.get("promoted", 0) > 0 and stats["promoted"] == stats.get("superseded", 0)
+    assert "'crawler/frontier/inlinks/promoted'" in result.stderr
+    assert "adds up" in result.stderr

@@ -398,3 +398,28 @@ def test_a_budget_by_rank_on_the_cluster(cluster: RedisClusterServers) -> None:
     keys = set(client.scan_iter(match=frontier.keys.pattern()))
     assert len({key_slot(k) for k in keys}) == 1
     frontier.clear()
+
+
+def test_the_in_link_order_on_the_cluster(cluster: RedisClusterServers) -> None:
+    """Positions, promoted copies and skip sets live in the frontier's slot."""
+    from crawler.store import Promotion
+
+    client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    frontier = Frontier(client, Keys("crawler", "cinl", 1), politeness=Politeness(delay=0), within="inlinks")
+    frontier.open()
+    entries = [f"U0 https://a.test/{i}".encode() for i in range(5)]
+    result = frontier.add([Item(sha256(e).digest(), "a.test", 0, e) for e in entries])
+    assert result.positions == {1: 1, 2: 2, 3: 3, 4: 4, 5: 5}
+    assert frontier.add([], promotions=[Promotion("a.test", 0, entries[3], 4)]).promoted == (("promoted", 0),)
+    keys = set(client.scan_iter(match=frontier.keys.pattern()))
+    assert any(b":pq:" in k for k in keys) and any(b":sp:" in k for k in keys)
+    assert len({key_slot(k) for k in keys}) == 1
+    got: list[bytes] = []
+    for _ in range(20):
+        taken = frontier.take(10)
+        got += [x.entry for x in taken.items]
+        frontier.add([], acks=[x.lease for x in taken.items])
+        if len(got) >= 5 and not taken.items:
+            break
+    assert got == [entries[3], entries[0], entries[1], entries[2], entries[4]]
+    frontier.clear()

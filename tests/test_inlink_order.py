@@ -165,3 +165,14 @@ def test_billion_promotes_what_links_lead_to_and_fetches_each_page_once(redis_ur
     assert stats.get("promoted", 0) > 0 and stats["promoted"] == stats.get("superseded", 0)
     assert "'crawler/frontier/inlinks/promoted'" in result.stderr
     assert "adds up" in result.stderr
+
+
+def test_the_process_remembers_each_requests_position_and_priority() -> None:
+    from crawler.worker._recent import Recent
+
+    recent = Recent(10)
+    batch = [Item(bytes([i]) * 32, "a.test", prio, b"U0 x") for i, prio in enumerate((0, -3, 7, 2**19))]
+    recent.mark(batch, unseen=(), positions={1: 5, 2: 6, 3: 70_000, 4: 8})
+    assert [recent.position(i.digest) for i in batch] == [(5, 0), (6, -3), (70_000, 7), None]  # a priority too far
+    recent.mark([Item(b"z" * 32, "a.test", 0, b"U0 z")], unseen=())  # fifo: none
+    assert b"z" * 32 in recent and recent.position(b"z" * 32) is None

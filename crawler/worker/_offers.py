@@ -110,7 +110,7 @@ class Offers:
             if recent is not None and digest in recent:
                 known += 1
                 if self.inlinks is not None:
-                    self._sighted(url, digest, depth, priority)
+                    self._sighted(url, digest, depth)
                 continue
             domain = domain_of(url)
             item = Item(digest, domain, priority, codec.encode_url(url, depth))
@@ -149,11 +149,11 @@ class Offers:
             sent += 1
         return sent
 
-    def unknown(self, urls: list[str], depth: int = 0, priority: int = 0) -> list[str]:
+    def unknown(self, urls: list[str], depth: int = 0) -> list[str]:
         """``urls`` (canonical) less those :class:`Recent` knows, counted as
         offered duplicates: a caller can skip its own checks of those. In
-        the in-link order each one known is a link found again (to be
-        offered at ``depth`` and ``priority`` if it is promoted)."""
+        the in-link order each one known is a link found again (offered at
+        ``depth`` if it is promoted)."""
         recent = self.writes.recent
         if recent is None or not urls:
             return urls
@@ -163,18 +163,20 @@ class Offers:
             if digest not in recent:
                 fresh.append(url)
             elif self.inlinks is not None:
-                self._sighted(url, digest, depth, priority)
+                self._sighted(url, digest, depth)
         if len(fresh) < len(urls):
             inc(self.stats, "crawler/frontier/duplicates_local", len(urls) - len(fresh))
         return fresh
 
-    def _sighted(self, url: str, digest: bytes, depth: int, priority: int) -> None:
+    def _sighted(self, url: str, digest: bytes, depth: int) -> None:
         """A link found again to ``url``: counted if this process queued it
-        in this shard (its position known), a promotion buffered when it is due."""
+        in this shard (its position and priority known), a promotion
+        buffered when it is due."""
         assert self.inlinks is not None
-        position = self.writes.recent.position(digest) if self.writes.recent is not None else None
-        if position is None:
+        queued = self.writes.recent.position(digest) if self.writes.recent is not None else None
+        if queued is None:
             return
+        position, priority = queued
         promotion = self.inlinks.sighted(domain_of(url), priority, digest, position, url, depth)
         if promotion is not None:
             self.writes.promotions.append(promotion)

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from crawler.store import Item
 
+#: a position and a priority packed in one int (no tuple per link)
+_PRIORITY_BITS = 20
+_PRIORITY_OFFSET = 1 << (_PRIORITY_BITS - 1)
+_PRIORITY_MASK = (1 << _PRIORITY_BITS) - 1
+
 
 class Recent:
     """Fingerprints of links this process has had marked seen in the frontier
@@ -16,7 +21,9 @@ class Recent:
     lost and made anew (``CRAWLER_ON_FRONTIER_LOSS=continue``) clears it.
 
     In the in-link order each digest keeps its request's position in its
-    domain's queue, as the enqueue script gave it (None otherwise).
+    domain's queue, as the enqueue script gave it, and the priority it was
+    queued at (positions count per priority), packed in one int (None
+    otherwise, or for a priority beyond +-2**19).
 
     The generations are dicts of digests to positions, not sets: a set is
     always tracked by the garbage collector, and a full collection visits
@@ -31,10 +38,13 @@ class Recent:
     def __contains__(self, digest: bytes) -> bool:
         return digest in self.new or digest in self.old
 
-    def position(self, digest: bytes) -> int | None:
-        """The position of ``digest``'s request in its queue, if this process queued it (in-link order)."""
+    def position(self, digest: bytes) -> tuple[int, int] | None:
+        """The position of ``digest``'s request in its queue and the priority
+        it was queued at, if this process queued it (in-link order)."""
         got = self.new.get(digest)
-        return got if got is not None else self.old.get(digest)
+        if got is None:
+            got = self.old.get(digest)
+        return None if got is None else (got >> _PRIORITY_BITS, (got & _PRIORITY_MASK) - _PRIORITY_OFFSET)
 
     def clear(self) -> None:
         self.new.clear()
@@ -45,6 +55,10 @@ class Recent:
         positions = positions or {}
         for place, item in enumerate(items, 1):
             if not item.dont_filter and place not in skip:
-                self.new[item.digest] = positions.get(place)
+                position = positions.get(place)
+                if position is not None and -_PRIORITY_OFFSET <= item.priority < _PRIORITY_OFFSET:
+                    self.new[item.digest] = (position << _PRIORITY_BITS) | (item.priority + _PRIORITY_OFFSET)
+                else:
+                    self.new[item.digest] = None
         if len(self.new) >= self.size:
             self.old, self.new = self.new, {}

@@ -356,6 +356,18 @@ def test_a_recrawl_on_the_cluster(cluster: RedisClusterServers, make_web) -> Non
     assert len({key_slot(k) for k in keys}) == 1
 
 
+def served(frontier: Frontier, n: int, take: int) -> list[bytes]:
+    """The first ``n`` entries served (each acknowledged at once), the compact tier's jobs run between takes."""
+    got: list[bytes] = []
+    for _ in range(200):
+        taken = frontier.take(take)
+        got += [x.entry for x in taken.items]
+        frontier.add([], acks=[x.lease for x in taken.items])
+        if not taken.items and not frontier.tiers.run().jobs and len(got) >= n:
+            break
+    return got
+
+
 def test_the_compact_tier_on_the_cluster(cluster: RedisClusterServers) -> None:
     """Blocks, spills and jobs live in the frontier's slot; a domain past its head is served in order."""
     client = RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
@@ -370,13 +382,7 @@ def test_the_compact_tier_on_the_cluster(cluster: RedisClusterServers) -> None:
     keys |= set(client.scan_iter(match=frontier.keys.pattern()))  # the blocks are in
     assert any(b":z:" in k for k in keys) and any(b":tiers" in k for k in keys)
     assert len({key_slot(k) for k in keys}) == 1
-    got: list[bytes] = []
-    for _ in range(200):
-        taken = frontier.take(50)
-        got += [x.entry for x in taken.items]
-        frontier.add([], acks=[x.lease for x in taken.items])
-        if not taken.items and not frontier.tiers.run().jobs and len(got) == 75:
-            break
+    got = served(frontier, 75, take=50)
     for d, es in sent.items():
         assert [e for e in got if e.split(b"/")[2].decode() == d] == es
     frontier.clear()
@@ -414,12 +420,5 @@ def test_the_in_link_order_on_the_cluster(cluster: RedisClusterServers) -> None:
     keys = set(client.scan_iter(match=frontier.keys.pattern()))
     assert any(b":pq:" in k for k in keys) and any(b":sp:" in k for k in keys)
     assert len({key_slot(k) for k in keys}) == 1
-    got: list[bytes] = []
-    for _ in range(20):
-        taken = frontier.take(10)
-        got += [x.entry for x in taken.items]
-        frontier.add([], acks=[x.lease for x in taken.items])
-        if len(got) >= 5 and not taken.items:
-            break
-    assert got == [entries[3], entries[0], entries[1], entries[2], entries[4]]
+    assert served(frontier, 5, take=10) == [entries[3], entries[0], entries[1], entries[2], entries[4]]
     frontier.clear()

@@ -103,8 +103,10 @@ local function decade(n)
   if n < 1 then return 0 end
   return #tostring(math.floor(n))
 end
+local ranks_loaded = nil  -- whether base:rank holds a ranking, read once a call
 local function domain_weight(base, domain, dkey, w, wt, now)
-  local ranked = tonumber(redis.call('HGET', base .. ':rank', domain) or '')
+  if ranks_loaded == nil then ranks_loaded = redis.call('EXISTS', base .. ':rank') == 1 end
+  local ranked = ranks_loaded and tonumber(redis.call('HGET', base .. ':rank', domain) or '')
   if ranked then return ranked end
   local was = tonumber(w or '')
   w = was

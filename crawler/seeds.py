@@ -6,7 +6,7 @@ Bad lines are reported with their line numbers; the good ones are used.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from ada_url import normalize_url
@@ -43,6 +43,14 @@ def _domain_seed(domain: str) -> Seed:
 def parse_seeds(lines: Iterable[str]) -> tuple[list[Seed], list[SeedError]]:
     seeds: list[Seed] = []
     errors: list[SeedError] = []
+    for parsed in iter_seeds(lines):
+        (errors if isinstance(parsed, SeedError) else seeds).append(parsed)
+    return seeds, errors
+
+
+def iter_seeds(lines: Iterable[str]) -> Iterator[Seed | SeedError]:
+    """:func:`parse_seeds` a line at a time: each line's seed, or its error,
+    as it is read (blank and comment lines, and a header, yield nothing)."""
     column: int | None = None
     for number, raw in enumerate(lines, start=1):
         text = raw.strip().lstrip("\ufeff")
@@ -54,7 +62,7 @@ def parse_seeds(lines: Iterable[str]) -> tuple[list[Seed], list[SeedError]]:
                     raise ValueError("only http(s) URLs can be seeds")
                 url = canonicalize(text)
                 scheme, rest = url.split("://", 1)
-                seeds.append(Seed(url, ("http://" if scheme == "https" else "https://") + rest))
+                yield Seed(url, ("http://" if scheme == "https" else "https://") + rest)
                 continue
             fields = [f.strip() for f in text.split(",")]
             if column is None and number == 1 and not fields[0].isdigit():
@@ -65,16 +73,17 @@ def parse_seeds(lines: Iterable[str]) -> tuple[list[Seed], list[SeedError]]:
             if column is not None:
                 if len(fields) <= column:
                     raise ValueError(f"no column {column + 1}")
-                seeds.append(_domain_seed(fields[column]))
+                seed = _domain_seed(fields[column])
             elif len(fields) == 2 and fields[0].isdigit():
-                seeds.append(_domain_seed(fields[1]))
+                seed = _domain_seed(fields[1])
             elif len(fields) == 1:
-                seeds.append(_domain_seed(fields[0]))
+                seed = _domain_seed(fields[0])
             else:
                 raise ValueError("expected 'rank,domain', a domain or a URL")
         except ValueError as exc:
-            errors.append(SeedError(number, text, str(exc) or "invalid"))
-    return seeds, errors
+            yield SeedError(number, text, str(exc) or "invalid")
+            continue
+        yield seed
 
 
 def redis_seed_lines(settings: BaseSettings, key: str) -> list[str]:

@@ -12,13 +12,27 @@ call (the concurrency controller backs off on it: ``concurrency.py``);
 :meth:`LoopLagProbe.last_minute` the worst of the probes of the last minute
 (the Prometheus gauge ``crawler_loop_lag_minute_max_seconds``: a stall after
 the warm-up shows there, where the crawl's worst may be its start).
+
+What held the loop, when it is not known: ``CRAWLER_LOOP_STALL_DUMP`` (a file;
+off by default) starts a thread that, while the probe is late, samples the
+stack of the loop's thread every few milliseconds and appends each stall
+over 100 ms to the file: when it came (seconds from the spider's opening),
+how late the probe was, how much of that the loop's thread spent on a CPU
+(much less: it waited, for Redis, for a lock, or for a CPU another process
+held), and the stacks sampled, the frames they share printed once
+(:class:`StallDump`; docs/benchmarks.md, "The loop's worst stall", is what
+it found). A debugging aid: each sample takes the interpreter's lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
+import time
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
@@ -33,6 +47,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STALL_MS = 100.0
+SAMPLE_EVERY = 0.005  # seconds between two looks of the stall dump's thread (StallDump)
 
 
 class LoopLagProbe:
@@ -47,6 +62,8 @@ class LoopLagProbe:
         self.minute: deque[float] = deque(maxlen=max(1, round(60 / self.interval)))  # the last minute's probes
         self.expected = 0.0
         self.call: Any = None
+        dump = setting(crawler.settings, "CRAWLER_LOOP_STALL_DUMP")
+        self.dump = StallDump(Path(dump), self) if dump else None
         crawler.signals.connect(self.spider_opened, signal=signals.spider_opened)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
@@ -56,6 +73,8 @@ class LoopLagProbe:
 
     def spider_opened(self) -> None:
         self._schedule()
+        if self.dump is not None:
+            self.dump.start()
 
     def _schedule(self) -> None:
         self.expected = self.clock.monotonic() + self.interval
@@ -100,5 +119,106 @@ class LoopLagProbe:
         if self.call is not None and (active is None or active()):
             self.call.cancel()
         self.call = None
+        if self.dump is not None:
+            self.dump.stop()
         logger.info("Worst event-loop stall: %.1f ms (%d over %d ms)", self.worst,
                     self.stats.get_value("crawler/loop/stalls", 0), STALL_MS)
+
+
+class StallDump:
+    """``CRAWLER_LOOP_STALL_DUMP``: what the loop's thread was doing while
+    ``probe`` was late, each stall over ``STALL_MS`` appended to ``path``
+    (the module's docstring says what a stall's entry holds).
+
+    The loop's thread is the one that calls :meth:`start`. The thread of
+    this class reads ``probe.expected`` (when the probe should run next, on
+    the crawl's clock) every ``SAMPLE_EVERY`` seconds; while that is past,
+    it keeps a sample of the loop thread's stack; once the probe has run
+    again, it writes the stall out if it was long enough."""
+
+    def __init__(self, path: Path, probe: LoopLagProbe) -> None:
+        self.path = path
+        self.probe = probe
+        self.stalls = 0  # written to the file
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop_thread = 0
+        self._began = 0.0
+
+    def start(self) -> None:
+        self._loop_thread = threading.get_ident()
+        self._began = self.probe.clock.monotonic()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="loop-stall-dump", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        self._thread = None
+
+    def _cpu(self) -> float | None:
+        """Seconds of CPU the loop's thread has used (None where that cannot be read)."""
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(self._loop_thread))
+        except (AttributeError, OSError):
+            return None
+
+    def _stack(self) -> list[str]:
+        frame = sys._current_frames().get(self._loop_thread)
+        frames: list[str] = []
+        while frame is not None:
+            code = frame.f_code
+            frames.append(f"{code.co_filename}:{frame.f_lineno} {code.co_name}")
+            frame = frame.f_back
+        frames.reverse()  # outermost first
+        return frames
+
+    def _run(self) -> None:
+        clock = self.probe.clock
+        late_for: float | None = None  # the ``expected`` the probe is late for
+        samples: list[list[str]] = []
+        cpu_before = self._cpu()  # at the last look the loop was on time
+        cpu_since: float | None = None
+        late = 0.0
+        while not self._stop.wait(SAMPLE_EVERY):
+            expected = self.probe.expected
+            now = clock.monotonic()
+            if expected and now > expected:
+                if late_for != expected:  # a new stall
+                    late_for, samples, cpu_since = expected, [], cpu_before
+                late = (now - expected) * 1000
+                samples.append(self._stack())
+                continue
+            if late_for is not None and late > STALL_MS:
+                cpu = self._cpu()
+                on_cpu = None if cpu is None or cpu_since is None else (cpu - cpu_since) * 1000
+                self._write(late_for - self._began, late, on_cpu, samples)
+            late_for, samples, late = None, [], 0.0
+            cpu_before = self._cpu()
+
+    def _write(self, at: float, late: float, on_cpu: float | None, samples: list[list[str]]) -> None:
+        shared = samples[0] if samples else []
+        for stack in samples[1:]:  # the frames every sample has, from the outermost
+            n = 0
+            while n < min(len(shared), len(stack)) and shared[n] == stack[n]:
+                n += 1
+            shared = shared[:n]
+        on = "?" if on_cpu is None else f"{on_cpu:.0f}"
+        lines = [f"stall at {at:.3f} s: the probe ran at least {late:.0f} ms late; the loop's thread on a CPU "
+                 f"{on} ms since its last look on time; {len(samples)} samples, {SAMPLE_EVERY * 1000:g} ms apart"]
+        lines += [f"  under: {frame}" for frame in shared]
+        previous: list[str] | None = None
+        repeats = 0
+        for stack in [*samples, None]:
+            if stack == previous:
+                repeats += 1
+                continue
+            if previous is not None:
+                lines.append(f"  {repeats}x " + (" > ".join(previous[len(shared):])
+                                                 or "(no deeper than the last 'under' frame: in C code it called)"))
+            previous, repeats = stack, 1
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write("\n".join(lines) + "\n\n")
+        self.stalls += 1

@@ -34,6 +34,9 @@ What it does differently from Scrapy's Twisted handler:
   decoded here.
 - At most ``CRAWLER_KEEPALIVE_MAX_IDLE`` idle connections are kept, the least recently used
   closed first (:mod:`crawler.fetch._pool`).
+- At most ``RESPONSES_PER_TURN`` responses are handed on to Scrapy in one
+  turn of the event loop; the rest of a wave that ended together waits for
+  the turns after (:mod:`crawler.fetch._turns`).
 - With ``CRAWLER_WARC_DIR`` set, each response is also kept as received
   (head and undecoded body, :mod:`crawler.fetch.received`) for the WARC
   extension; the response Scrapy sees is unchanged.
@@ -76,6 +79,7 @@ from crawler.fetch._proxy import Proxy, proxy_for
 from crawler.fetch._request import serialize
 from crawler.fetch._response import Reception, Responses
 from crawler.fetch._tls import TLS
+from crawler.fetch._turns import TurnGate
 from crawler.meta import ADDRESS, page_limit
 from crawler.settings_registry import setting
 
@@ -88,6 +92,10 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
+
+#: responses handed on to Scrapy in one turn of the event loop: the rest of a
+#: wave of answers that ended together wait for the turns after (``_turns.py``)
+RESPONSES_PER_TURN = 8
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -132,6 +140,7 @@ class DownloadHandler(BaseDownloadHandler):
         self.pool = Pool(idle_timeout, setting(settings, "CRAWLER_KEEPALIVE_MAX_IDLE"), crawler.stats)
         self.responses = Responses(crawler, self.clock)
         self.keep_raw = bool(setting(settings, "CRAWLER_WARC_DIR"))  # responses as received, for WARC
+        self.turns = TurnGate(RESPONSES_PER_TURN)  # responses handed on in one turn of the loop (_turns.py)
 
     async def download_request(self, request: Request) -> Response:
         url = urlparse_cached(request)
@@ -162,9 +171,13 @@ class DownloadHandler(BaseDownloadHandler):
         timeout = float(request.meta.get("download_timeout") or self.timeout) or None
         try:
             async with asyncio.timeout(timeout):
-                return await self.fetch(request, url, key, (scheme, host, port), proxy)
+                response = await self.fetch(request, url, key, (scheme, host, port), proxy)
         except TimeoutError:
             raise DownloadTimeoutError(f"Getting {request.url} took longer than {timeout} seconds.") from None
+        # no more than RESPONSES_PER_TURN handed on in one turn of the loop (WARC, parse, links:
+        # about 2 ms each); a wave of answers that ended together waits for the turns after
+        await self.turns.enter()
+        return response
 
     async def fetch(self, request: Request, url: ParseResult, key: Key, target: tuple[str, str, int],
                     proxy: Proxy | None) -> Response:

@@ -28,7 +28,9 @@ What a fetch can lead to:
 Rules are matched for ``ROBOTSTXT_USER_AGENT``, else the product token of the
 User-Agent, through an index when a group has many rules (``crawler/robots``);
 a file over 16 KiB is parsed and indexed in a worker process, so neither
-parsing nor matching holds the event loop. A Crawl-delay, capped
+parsing nor matching holds the event loop; nor does Redis: the store's
+round trips (a read, the fetch claim, the record, the claim's end) are made
+on threads of the middleware's own (``_store``). A Crawl-delay, capped
 at ``CRAWLER_ROBOTS_MAX_DELAY``, becomes the domain's minimum delay.
 Disallowed requests are dropped and counted (``crawler/robots/disallowed``).
 """
@@ -41,9 +43,10 @@ import multiprocessing
 import random
 import signal
 import uuid
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import redis
@@ -84,6 +87,10 @@ _LOCAL_TTL = 300.0
 _WORKER_BYTES = 16_384  # robots.txt bodies from which parsing runs in a worker process
 _DAY = 86_400.0
 _REFUSED = "refused"
+#: threads making the robots.txt store's round trips (``_store``): several
+#: origins' records are read at once, each thread on a connection of its own
+_STORE_THREADS = 4
+_T = TypeVar("_T")
 
 #: Signal: this process fetched ``origin``'s robots.txt and it gave rules
 #: (``body``: the text read) or none (a 4xx, unusable redirects: ``body``
@@ -124,6 +131,7 @@ class SharedRobotsMiddleware:
         self.pins: dict[str, Any] = {}  # origin -> the address its waiting request was charged to (meta ADDRESS)
         self.random = random.Random()
         self.workers: ProcessPoolExecutor | None = None
+        self.io: ThreadPoolExecutor | None = None  # the robots.txt store's calls (_store)
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
 
     @classmethod
@@ -252,24 +260,24 @@ class SharedRobotsMiddleware:
         deadline = self.clock.monotonic() + _FETCH_LOCK_MS / 1000
         token = uuid.uuid4().hex
         while True:
-            record, ttl_ms, now = store.get(origin)
+            record, ttl_ms, now = await self._store(store.get, origin)
             found = await self._stored(origin, record, ttl_ms, now)
             if found is not None:
                 return found
-            if store.claim(origin, token, _FETCH_LOCK_MS):
+            if await self._store(store.claim, origin, token, _FETCH_LOCK_MS):
                 break
             if self.clock.monotonic() > deadline:
                 break  # the fetcher died: fetch it ourselves
             await self._pause(_WAIT_STEP)
         try:
             # another process may have stored it between our read and our claim
-            record, ttl_ms, now = store.get(origin)
+            record, ttl_ms, now = await self._store(store.get, origin)
             found = await self._stored(origin, record, ttl_ms, now)
             if found is not None:
                 return found
             return await self._step(origin, record, now, store=store)
         finally:
-            store.done(origin, token)
+            await self._store(store.done, origin, token)
 
     async def _stored(self, origin: str, record: dict[str, Any] | None, ttl_ms: int, now: float) -> Rules | Wait | None:
         """What a stored record decides, or None when it is time to fetch."""
@@ -311,7 +319,7 @@ class SharedRobotsMiddleware:
                 self.stats.inc_value("crawler/robots/redirects")
                 hop = {"mode": "redirect", "next": target, "chain": [*chain, url]}
                 if store is not None:
-                    store.put(origin, hop, self.ttl)
+                    await self._store(store.put, origin, hop, self.ttl)
                     return Wait(0.0)
                 return await self._step(origin, hop, now, store=None)
             self.stats.inc_value("crawler/robots/redirects_unavailable")
@@ -333,12 +341,12 @@ class SharedRobotsMiddleware:
             rules = await self._final(origin, {"mode": "allow", "status": status}, store)
             self._read(origin, "")
             return rules
-        return self._unreachable(origin, previous, now, status, error, connect, store)
+        return await self._unreachable(origin, previous, now, status, error, connect, store)
 
     def _read(self, origin: str, body: str) -> None:
         self.crawler.signals.send_catch_log(signal=robots_txt_read, origin=origin, body=body)
 
-    def _unreachable(self, origin: str, previous: dict[str, Any] | None, now: float, status: int | None,
+    async def _unreachable(self, origin: str, previous: dict[str, Any] | None, now: float, status: int | None,
                      error: str | None, connect: bool, store: Any) -> Wait:
         attempts = previous["attempts"] + 1 if previous else 1
         since = previous["since"] if previous else now
@@ -351,15 +359,27 @@ class SharedRobotsMiddleware:
         if store is not None:
             record = {"mode": "unreachable", "status": status, "error": error, "connect": connect,
                       "since": since, "attempts": attempts, "retry_at": now + wait}
-            store.put(origin, record, max(self.unreachable_max - (now - since), wait) + _DAY)
+            await self._store(store.put, origin, record, max(self.unreachable_max - (now - since), wait) + _DAY)
         return Wait(wait, park=True, connect=connect)
 
     async def _final(self, origin: str, record: dict[str, Any], store: Any) -> Rules:
         """A verdict for ``CRAWLER_ROBOTS_TTL``: stored for every process
         (unless ``store`` is None) and kept here."""
         if store is not None:
-            store.put(origin, record, self.ttl)
+            await self._store(store.put, origin, record, self.ttl)
         return await self._remember(origin, record, self.ttl)
+
+    async def _store(self, call: Callable[..., _T], *args: Any) -> _T:
+        """``call(*args)``, one round trip to the robots.txt store, on a
+        thread of this middleware's: the loop runs on while Redis answers.
+        Each origin met costs four or five of them, and Scrapy's engine starts
+        up to 64 requests in one turn of the loop (``TURN_MAX``): made on the
+        reactor's thread, the first contacts with a few thousand domains
+        held the loop 100-260 ms at a time while Redis answered, longer the
+        busier Redis was (docs/benchmarks.md, "The loop's worst stall")."""
+        if self.io is None:
+            self.io = ThreadPoolExecutor(_STORE_THREADS, thread_name_prefix="robots-store")
+        return await asyncio.get_running_loop().run_in_executor(self.io, call, *args)
 
     async def _fetch(self, origin: str, url: str) -> tuple[Response | None, str | None, bool]:
         """The response, or the error and whether it was one of connecting."""
@@ -430,6 +450,9 @@ class SharedRobotsMiddleware:
             return await loop.run_in_executor(None, compile_rules, body, self.agent)
 
     def spider_closed(self) -> None:
+        if self.io is not None:  # the calls under way end as they would have (a claim still ended)
+            self.io.shutdown(wait=False)
+            self.io = None
         if self.workers is not None:
             self.workers.shutdown(wait=False, cancel_futures=True)
             self.workers = None

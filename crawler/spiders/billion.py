@@ -12,6 +12,7 @@ one a line) or ``redis:<key>`` (a Redis list or set of such lines).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
@@ -35,7 +36,7 @@ from crawler.middlewares.useragent import robots_agent
 from crawler.robots import header_nofollow
 from crawler.identity import domain_of
 from crawler.worker import session_of
-from crawler.seeds import Seed, parse_seeds, redis_seed_lines
+from crawler.seeds import Seed, SeedError, iter_seeds, redis_seed_lines
 from crawler.settings_registry import setting
 from crawler.sharding import shard_of
 
@@ -54,6 +55,12 @@ _REQUESTS_ONLY = tuple(m for m in (RefererMiddleware, UrlLengthMiddleware, Depth
 
 _ROBOTS_CHECK_BUDGET = 0.02  # seconds of robots.txt checks per page; the rest are checked when fetched
 _MAX_REPORTED = 20
+#: seed lines read, parsed and handed to Scrapy's engine between two turns of
+#: the event loop. The engine takes each start request whole (its fingerprint,
+#: the scheduler's offer, now and then a batch to Redis, some 80-100 us) and,
+#: while the downloader is at its cap, asks for the next at once: 2,000 seeds
+#: held the loop 150-340 ms before any page was fetched (docs/benchmarks.md)
+SEEDS_PER_TURN = 100
 _UNKNOWN = object()
 
 
@@ -192,30 +199,44 @@ class BillionSpider(scrapy.Spider):
             return []
         if self.seeds.startswith("redis:"):
             return redis_seed_lines(self.crawler.settings, self.seeds[len("redis:"):])
-        return Path(self.seeds).read_text(encoding="utf-8", errors="replace").splitlines()
+        return self._file_lines(Path(self.seeds))
 
-    def _own(self, seeds: list[Seed]) -> Iterator[Seed]:
-        for seed in seeds:
-            if shard_of(domain_of(seed.url), self.shards) == self.shard:
-                yield seed
+    @staticmethod
+    def _file_lines(path: Path) -> Iterator[str]:
+        """The file's lines as they are read: a list of a million seeds is
+        never read whole between two turns of the loop."""
+        with path.open(encoding="utf-8", errors="replace", newline=None) as lines:
+            yield from lines
+
+    def _owns(self, seed: Seed) -> bool:
+        return shard_of(domain_of(seed.url), self.shards) == self.shard
 
     async def start(self) -> AsyncIterator[scrapy.Request]:
+        """The seeds of this shard, read, parsed and yielded ``SEEDS_PER_TURN``
+        lines at a time, the event loop let run between two slices."""
         self._load_exclusions()
-        seeds, errors = parse_seeds(self._seed_lines())
-        for error in errors[:_MAX_REPORTED]:
-            logger.warning("Bad seed, skipped: %s", error)
-        if len(errors) > _MAX_REPORTED:
-            logger.warning("... and %d more bad seed lines", len(errors) - _MAX_REPORTED)
-        own = list(self._own(seeds))
         stats = self.crawler.stats
-        stats.set_value("crawler/seeds/bad_lines", len(errors))
-        stats.set_value("crawler/seeds/total", len(seeds))
-        stats.set_value("crawler/seeds/own_shard", len(own))
+        total = own = bad = 0
+        for number, parsed in enumerate(iter_seeds(self._seed_lines()), start=1):
+            if isinstance(parsed, SeedError):
+                bad += 1
+                if bad <= _MAX_REPORTED:
+                    logger.warning("Bad seed, skipped: %s", parsed)
+            else:
+                total += 1
+                if self._owns(parsed):
+                    own += 1
+                    yield scrapy.Request(parsed.url, callback=self.parse, errback=self.seed_failed,
+                                         meta={FALLBACK: parsed.fallback, "depth": 0})
+            if number % SEEDS_PER_TURN == 0:
+                await asyncio.sleep(0)  # a turn of the loop: what is ready runs before the next slice
+        if bad > _MAX_REPORTED:
+            logger.warning("... and %d more bad seed lines", bad - _MAX_REPORTED)
+        stats.set_value("crawler/seeds/bad_lines", bad)
+        stats.set_value("crawler/seeds/total", total)
+        stats.set_value("crawler/seeds/own_shard", own)
         logger.info("Seeds: %d read, %d of shard %d/%d, %d bad lines",
-                    len(seeds), len(own), self.shard, self.shards, len(errors))
-        for seed in own:
-            yield scrapy.Request(seed.url, callback=self.parse, errback=self.seed_failed,
-                                 meta={FALLBACK: seed.fallback, "depth": 0})
+                    total, own, self.shard, self.shards, bad)
 
     def _load_exclusions(self) -> None:
         path = setting(self.crawler.settings, "CRAWLER_EXCLUDE_FILE")

@@ -145,6 +145,22 @@ def test_the_sketch_promotes_the_most_linked_and_stops_at_what_was_served() -> N
     assert len(small) == 2  # the least recently sighted domain forgotten
 
 
+def test_a_domain_gets_a_share_of_its_turns_promoted_the_best_first() -> None:
+    """A site whose links lead everywhere would have most of its requests
+    promoted: 1 + share x (requests its queue gave) at most, the counter of the
+    highest guaranteed count first when one is allowed."""
+    sketch = InlinkSketch(counters=8, threshold=2, share=1 / 3)
+    d = "a.test"
+    sighted = lambda k, n: [sketch.sighted(d, 0, k, 10 + int(k[1:]), f"https://a.test/{k.decode()}")
+                            for _ in range(n)]
+    assert sighted(b"k1", 2)[-1] is not None  # the first is allowed
+    assert sighted(b"k2", 2) == [None, None] and sighted(b"k3", 4) == [None] * 4  # capped: they keep counting
+    sketch.given(d, 0, 3)  # three given (positions 1-3): 1 + 1 promotions allowed
+    promoted = sighted(b"k2", 1)[0]
+    assert promoted is not None and promoted.position == 13  # k3, counted most, not k2 just sighted
+    assert sighted(b"k2", 1) == [None]
+
+
 def test_billion_promotes_what_links_lead_to_and_fetches_each_page_once(redis_url: str, make_web,
                                                                                tmp_path: Path) -> None:
     web = make_web(domains=1, pages=60, links=6, size_fixed=3000, private_share=0, cross_share=0, dup_share=0,

@@ -9,9 +9,13 @@ process knows (it queued them: ``Recent``): a request counted again gains
 one; a new one takes a free counter, else the lowest one, and inherits its
 count (plus one). A request is promoted when its *guaranteed* count, the
 count less what it inherited, reaches ``threshold``: one promotion a
-request. The frontier refuses a promotion of a request its queue gave
-already ("late"), so none is fetched twice; every reply says how far the
-queue has given, and what is at or below that is never counted again
+request. A domain is allowed ``1 + share x (requests its queue gave)``
+promotions: when one is allowed, the counter of the highest guaranteed
+count goes (a site whose links all lead everywhere, as a uniform test web's,
+would otherwise have most of its requests promoted, each a copy more to
+queue and drop). The frontier refuses a promotion of a request its queue
+gave already ("late"), so none is fetched twice; every reply says how far
+the queue has given, and what is at or below that is never counted again
 (a site's menu, linked from every page, once fetched costs nothing more).
 
 The memory is bounded whatever the crawl: ``domains`` domains at most (the
@@ -40,15 +44,17 @@ class _Domain:
     #: priority -> how far the queue had given, as the frontier last said
     given: dict[int, int] = field(default_factory=dict)
     promoted: deque = field(default_factory=lambda: deque(maxlen=PROMOTED_KEPT))
+    promotions: int = 0  # sent for this domain (while it is remembered)
 
 
 class InlinkSketch:
-    def __init__(self, counters: int = 8, threshold: int = 2, domains: int = 4096) -> None:
-        if counters < 1 or threshold < 1 or domains < 1:
-            raise ValueError("an in-link sketch needs at least one counter, a threshold and a domain")
+    def __init__(self, counters: int = 8, threshold: int = 2, domains: int = 4096, share: float = 1 / 3) -> None:
+        if counters < 1 or threshold < 1 or domains < 1 or not 0 <= share <= 1:
+            raise ValueError("an in-link sketch needs at least one counter, a threshold, a domain and a share in [0, 1]")
         self.counters = counters
         self.threshold = threshold
         self.domains = domains
+        self.share = share
         self._by_domain: OrderedDict[str, _Domain] = OrderedDict()
 
     def __len__(self) -> int:
@@ -81,10 +87,13 @@ class InlinkSketch:
             low = min(d.counters, key=lambda k: d.counters[k][0])
             least = d.counters.pop(low)[0]
             c = d.counters[key] = [least + 1, least, priority, position, url, depth]
-        if c[0] - c[1] < self.threshold:
+        if c[0] - c[1] < self.threshold or d.promotions >= 1 + self.share * sum(d.given.values()):
             return None
-        del d.counters[key]
+        # allowed one: the counter of the highest guaranteed count (this one, or one held back by the cap)
+        key = max(d.counters, key=lambda k: d.counters[k][0] - d.counters[k][1])
+        _, _, priority, position, url, depth = d.counters.pop(key)
         d.promoted.append(position)
+        d.promotions += 1
         return Promotion(domain, priority, encode_url(url, depth), position)
 
     def given(self, domain: str, priority: int, upto: int) -> None:

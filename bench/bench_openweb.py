@@ -615,7 +615,9 @@ def main() -> None:
                    help="Redis's time by script, from the slow log set to log every command in the window "
                         "(it costs Redis some CPU: not for the Redis-per-page figure)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="a Scrapy setting for our crawl (e.g. CRAWLER_WARC_DIR= : a stripped-down run)")
+                   help="a Scrapy setting for our crawl, and for --before-root's too: versions compared under the "
+                        "same settings (e.g. CRAWLER_WARC_DIR= : a stripped-down run); to compare settings, a "
+                        "--before-root checkout whose defaults differ")
     args = p.parse_args()
     if args.profile_dir:
         args.profile_dir.mkdir(parents=True, exist_ok=True)

@@ -252,6 +252,13 @@ class Frontier:
     - ``i``: count only links from pages of the URL's own host (a worker sees
       only the links its own pages hold; links from other hosts' pages are
       not counted).
+    - ``c<N>``: a cap on promotions per host (share 1/N): a host may have
+      had at most ``1 + (pages fetched from it) / N`` promotions sent. When
+      the host is served and the cap allows one, the held URL of the highest
+      (guaranteed) count >= T is promoted as without the cap; while capped,
+      the host is served from the FIFO and its counters keep counting. A
+      promotion refused by ``q`` was sent too and counts against the cap
+      (the next candidate is tried only while the cap still allows one).
     - ``p<N>``: the skip set's size (default ``SKIP_CAP``; 0 unbounded): a
       promoted URL is still in the FIFO (its compressed blocks cannot drop
       it), so it is remembered, and skipped when the FIFO reaches it; one
@@ -269,6 +276,7 @@ class Frontier:
     recent: int = 0
     exact: bool = False  # ``q``: refuse a promotion of a URL fetched; never count it again
     internal: bool = False  # ``i``: count links from the URL's own host only
+    cap: int = 0  # ``c<N>``: at most 1 + fetched / N promotions sent per host (0: no cap)
     skip: int = SKIP_CAP
     x: bool = False
     early: int = 0
@@ -290,6 +298,8 @@ class Frontier:
                 kw["exact"] = True
             elif part == "i":
                 kw["internal"] = True
+            elif m := re.fullmatch(r"c(\d+)", part):
+                kw["cap"] = int(m[1])
             elif part == "x":
                 kw["x"] = True
             elif m := re.fullmatch(r"xe(\d+)", part):
@@ -299,7 +309,7 @@ class Frontier:
             else:
                 return None
         f = cls(**kw)  # type: ignore[arg-type]
-        if (f.k and f.k < 1) or f.t < 1 or (f.early and f.early < 1) or not (f.k or f.x or f.early):
+        if (f.k and f.k < 1) or f.t < 1 or (f.cap and not f.k) or ("cap" in kw and f.cap < 1) or (f.early and f.early < 1) or not (f.k or f.x or f.early):
             return None
         return f
 
@@ -372,6 +382,8 @@ class Crawl:
     #: the host, and its links are followed again; the page's ``fetch_tick`` is its first fetch)
     #: None for the other orders (they fetch a page once)
     double: npt.NDArray[np.bool_] | None = None
+    #: per entry of ``fetched``: a page the sketch served (a promotion); None for the other orders
+    promoted: npt.NDArray[np.bool_] | None = None
     #: what a Redis frontier would do for these pages, summed (the docs' cost per page):
     #: ``pfadd`` one per (fetched page, other host it links to), ``new_pairs`` those that
     #: raised a host's count, ``rank_updates`` (tick, host) whose count rose, ``increments``
@@ -381,7 +393,9 @@ class Crawl:
     #: ``replaced`` counters, ``skip_evicted``, ``skipped`` FIFO entries; at the end ``sketch_held``,
     #: ``sketch_hosts``, ``recent_held``, ``skip_held`` entries and ``skip_max`` (one host's most);
     #: ``q``: ``refused`` promotions (fetched), ``refused_full`` (skip set full), ``ignored_hits``
-    #: sightings not counted, ``ignored_held`` at the end; ``i``: ``cross_unseen`` links not counted
+    #: sightings not counted, ``ignored_held`` at the end; ``i``: ``cross_unseen`` links not counted;
+    #: ``due``: sightings that made a counter promotable (what a frontier promoting on sighting would
+    #: send, uncapped); ``c<N>``: ``capped`` serves the cap held a promotable counter back
     costs: dict[str, int] = field(default_factory=dict)
 
 
@@ -453,7 +467,10 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
     ignored: dict[int, set[int]] = {}  # ``q``: pages refused or promoted, never counted again
     ford = np.zeros(n, dtype=np.int64)  # a page's fetch ordinal within its host (the e<N> lane)
     fcost = dict.fromkeys(("double", "sightings", "recent_hits", "promotions", "replaced", "skip_evicted",
-                           "skipped"), 0)
+                           "skipped", "due"), 0)
+    psent = np.zeros(nh, dtype=np.int64)  # ``c<N>``: promotions sent per host (refused ones too)
+    if fr is not None and fr.cap:
+        fcost["capped"] = 0
     if fr is not None and fr.exact:
         fcost.update(refused=0, refused_full=0, ignored_hits=0)
     if fr is not None and fr.internal:
@@ -531,8 +548,12 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
                 d = sketch[h] = {}
             if p in d:
                 d[p] += 1
+                if d[p] - (errs.get(h, {}).get(p, 0) if fr.guaranteed else 0) == fr.t:
+                    fcost["due"] += 1
             elif len(d) < k:
                 d[p] = 1
+                if fr.t == 1:
+                    fcost["due"] += 1
             else:
                 q = min(d, key=d.__getitem__)
                 c = d.pop(q)
@@ -543,6 +564,8 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
                     e.pop(q, None)
                     e[p] = c
                 d[p] = c + 1
+                if (1 if fr.guaranteed else c + 1) >= fr.t:
+                    fcost["due"] += 1
                 fcost["replaced"] += 1
 
     def remember(h: int, p: int) -> None:
@@ -554,8 +577,9 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
             if len(rs) > fr.recent:
                 del rs[next(iter(rs))]
 
-    def fpop(h: int) -> tuple[int, bool]:
-        """A Frontier order's next page of host ``h``, and whether it was fetched already."""
+    def fpop(h: int) -> tuple[int, bool, bool]:
+        """A Frontier order's next page of host ``h``, whether it was fetched already, and whether
+        the sketch served it (a promotion)."""
         assert fr is not None
         d = sketch.get(h)
         if d:
@@ -567,6 +591,14 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
                     c -= er.get(q, 0)
                     if c > bc and (tb is None or q not in tb):
                         best, bc = q, c
+                if best >= 0 and fr.cap and fr.cap * psent[h] > fetched_h[h]:
+                    # capped (sent > fetched / N: one more would pass 1 + fetched / N): the FIFO's
+                    # turn; the counters keep counting
+                    fcost["capped"] += 1
+                    best = -1
+                    break
+                if best >= 0:
+                    psent[h] += 1
                 if best < 0 or not fr.exact:
                     break
                 late = bool(state[best] == FETCHED)
@@ -591,7 +623,7 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
                     er.pop(best, None)
                 remember(h, best)
                 if state[best] == FETCHED:
-                    return best, True
+                    return best, True, True
                 sp = skips.setdefault(h, {})
                 sp[best] = None  # still in the FIFO: skipped when the FIFO reaches it
                 qlen[h] -= 1
@@ -599,7 +631,7 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
                     del sp[next(iter(sp))]  # forgotten: the FIFO will fetch it again
                     qlen[h] += 1
                     fcost["skip_evicted"] += 1
-                return best, False
+                return best, False, True
         sp = skips.get(h)
         for lane in reversed(lanes_of[h]):
             while lane:
@@ -616,7 +648,7 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
                         del d[p]
                         errs.get(h, {}).pop(p, None)
                 remember(h, p)
-                return p, bool(state[p] == FETCHED)
+                return p, bool(state[p] == FETCHED), False
         raise AssertionError(f"host {h} served with nothing queued")
 
     def pop(h: int) -> int:
@@ -639,6 +671,7 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
         fpush(np.unique(seeds), np.zeros(np.unique(seeds).size, dtype=np.int64), -1)
     fetched: list[Ints] = []
     doubles: list[npt.NDArray[np.bool_]] = []
+    promos: list[npt.NDArray[np.bool_]] = []
     total = 0
     due_hosts: list[int] = []
     costs = dict.fromkeys(("pfadd", "new_pairs", "rank_updates", "increments", "links"), 0)
@@ -679,8 +712,9 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
             qlen[pick] -= 1
         else:
             got = [fpop(h) for h in pick.tolist()]
-            f = np.fromiter((p for p, _ in got), dtype=np.int64, count=pick.size)
-            dbl = np.fromiter((d for _, d in got), dtype=bool, count=pick.size)
+            f = np.fromiter((p for p, _, _ in got), dtype=np.int64, count=pick.size)
+            dbl = np.fromiter((d for _, d, _ in got), dtype=bool, count=pick.size)
+            promos.append(np.fromiter((s for _, _, s in got), dtype=bool, count=pick.size))
             fcost["double"] += int(dbl.sum())
         fresh = f[~dbl]
         state[fresh] = FETCHED
@@ -761,7 +795,8 @@ def simulate(g: Graph, order: Order, *, seeds: Ints, slots: int, delay: int, unt
     return Crawl(order=order, fetched=np.concatenate(fetched) if fetched else np.zeros(0, dtype=np.int64),
                  fetch_tick=ftick, discover_tick=disc, ticks=tick, due_hosts=due_hosts,
                  seconds=time.perf_counter() - t0, costs={**costs, "new_pairs": len(pairs)},
-                 double=np.concatenate(doubles) if fr is not None and doubles else None)
+                 double=np.concatenate(doubles) if fr is not None and doubles else None,
+                 promoted=np.concatenate(promos) if fr is not None and promos else None)
 
 
 # --------------------------------------------------------------- measurement

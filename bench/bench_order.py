@@ -34,9 +34,11 @@ sketch of in-links ``sketch<K>t<T>`` (``+g`` guaranteed counts, ``+r<R>`` a
 memory of the host's last R fetches, ``+p<N>`` the skip set, ``m``
 tombstones, ``+q`` the frontier's exact guard: a promotion of a URL fetched
 refused, never a double fetch, ``+i`` links from the host's own pages
-only) or lanes at discovery (``x``, ``e<N>``, ``xe<N>``, ``x+e<N>``);
+only, ``+c<N>`` at most 1 + fetched / N promotions per host) or lanes
+at discovery (``x``, ``e<N>``, ``xe<N>``, ``x+e<N>``);
 their double fetches (a page the dedup cannot tell was fetched) are
-modelled: a slot spent for nothing, reported as ``double@10%``.
+modelled: a slot spent for nothing, reported as ``double@10%``; the
+pages the sketch served (promotions) per page fetched, as ``promoted@10%``.
 
 **Printed**, per seed and order: the PageRank mass fetched after 1, 5, 10
 and 20% of the pages, the share of the gap between due-time and
@@ -93,6 +95,7 @@ class Row:
     due_per_tick: float  # hosts due with work per tick, mean
     per_page: dict[str, float]  # the Redis work the order implies, per page fetched (Crawl.costs)
     double10: float = 0.0  # share of the first 10% of fetches spent on a page already fetched
+    promo10: float = 0.0  # promotions (pages the sketch served) per page among the first 10% of fetches
 
 
 def parse_orders(specs: list[str] | None) -> list[model.Order]:
@@ -143,7 +146,9 @@ def run_seed(args: argparse.Namespace, seed: int, orders: list[model.Order],
         ks = [int(round(x * g.n)) for x in CHECKPOINTS]
         k10 = int(round(0.1 * g.n))
         d10 = float(crawl.double[:k10].mean()) if crawl.double is not None and crawl.double.size else 0.0
+        p10 = float(crawl.promoted[:k10].mean()) if crawl.promoted is not None and crawl.promoted.size else 0.0
         rows.append(Row(seed=seed, name=order.name, host=order.host, within=order.within, double10=d10,
+                        promo10=p10,
                         mass=tuple(c.mass_at(k) for k in ks), gap10=float("nan"),
                         top10=c.top_at(int(round(0.1 * g.n))), top20=c.top_at(int(round(0.2 * g.n))),
                         seconds=crawl.seconds, due_per_tick=float(np.mean(crawl.due_hosts or [0])),
@@ -165,6 +170,11 @@ def run_seed(args: argparse.Namespace, seed: int, orders: list[model.Order],
                 print(f"  {'':<20} exact guard: per page {pp['refused']:.3f} promotions refused (fetched), "
                       f"{pp['refused_full']:.4f} (skip set full), {pp['ignored_hits']:.2f} sightings ignored; "
                       f"{crawl.costs['ignored_held']:,} pages ignored at the end", flush=True)
+            sent = pp["promotions"] + pp.get("refused", 0.0) + pp.get("refused_full", 0.0)
+            print(f"  {'':<20} promotions: {p10:.3f} a page by 10%, {pp['promotions']:.3f} by {args.until:.0%} "
+                  f"({sent:.3f} sent, refused ones too); {pp['due']:.3f} counters a page reached T (what "
+                  "promoting on sighting would send)"
+                  + (f"; {pp['capped']:.3f} serves a page capped" if "capped" in crawl.costs else ""), flush=True)
             if "cross_unseen" in crawl.costs:
                 print(f"  {'':<20} own host's links only: {pp['cross_unseen']:.2f} links from other hosts a page "
                       "not counted", flush=True)
@@ -176,12 +186,12 @@ def run_seed(args: argparse.Namespace, seed: int, orders: list[model.Order],
 def table(rows: list[Row], title: str) -> str:
     dbl = any(model.Order(r.name, r.host, r.within).frontier is not None for r in rows)
     head = ("order", "across hosts", "within", *(f"mass@{x:.0%}" for x in CHECKPOINTS), "gap closed@10%",
-            "top0.1%@10%", "top0.1%@20%", *(("double@10%",) if dbl else ()))
+            "top0.1%@10%", "top0.1%@20%", *(("promoted@10%", "double@10%") if dbl else ()))
     lines = [title, "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         lines.append("| " + " | ".join([r.name, r.host, r.within, *(f"{m:.3f}" for m in r.mass),
                                         f"{r.gap10:.2f}", f"{r.top10:.3f}", f"{r.top20:.3f}",
-                                        *((f"{r.double10:.2%}",) if dbl else ())]) + " |")
+                                        *((f"{r.promo10:.3f}", f"{r.double10:.2%}") if dbl else ())]) + " |")
     return "\n".join(lines)
 
 
@@ -195,6 +205,7 @@ def mean_rows(rows: list[Row], orders: list[model.Order]) -> list[Row]:
                        top20=float(np.mean([r.top20 for r in rs])), seconds=float(np.mean([r.seconds for r in rs])),
                        due_per_tick=float(np.mean([r.due_per_tick for r in rs])),
                        double10=float(np.mean([r.double10 for r in rs])),
+                       promo10=float(np.mean([r.promo10 for r in rs])),
                        per_page={k: float(np.mean([r.per_page[k] for r in rs])) for k in rs[0].per_page}))
     return out
 
@@ -247,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--order", action="append", metavar="NAME=HOST/WITHIN",
                    help=f"orders to run besides due-time and omniscient; hosts: {', '.join(model.HOST_KEYS)}, "
                         f"decay<alpha>; within: {', '.join(model.WITHIN)}, or what the production frontier can "
-                        "carry: sketch<K>t<T>[m][+g][+r<R>][+p<N>][+q][+i], x, e<N>, xe<N>, x+e<N> (model.Frontier)")
+                        "carry: sketch<K>t<T>[m][+g][+r<R>][+p<N>][+q][+i][+c<N>], x, e<N>, xe<N>, x+e<N> (model.Frontier)")
     p.add_argument("--png", type=Path, help="draw the first seed's curves here (matplotlib)")
     p.add_argument("--json", type=Path, help="write every row here")
     args = p.parse_args(argv)

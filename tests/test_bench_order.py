@@ -185,7 +185,8 @@ def test_rank_serves_the_host_more_hosts_link_to() -> None:
 FRONTIER_ORDERS = [("decay", "sketch16t2"), ("decay", "sketch8t1m"), ("decay", "sketch16t2+r32"),
                    ("decay", "sketch16t1+g+r16+p8"), ("decay", "x"), ("decay", "e10"), ("decay", "xe10"),
                    ("decay", "x+e3"), ("decay1.5", "fifo"), ("decay0.75", "sketch16t2+r32"),
-                   ("decay", "sketch8t2+g+q"), ("decay", "sketch8t2+g+q+i"), ("decay", "sketch4t1+q+p2")]
+                   ("decay", "sketch8t2+g+q"), ("decay", "sketch8t2+g+q+i"), ("decay", "sketch4t1+q+p2"),
+                   ("decay", "sketch8t2+g+q+i+c2")]
 
 
 @pytest.mark.parametrize(("host", "within"), FRONTIER_ORDERS)
@@ -330,6 +331,59 @@ def test_internal_only_counts_links_from_the_urls_own_host() -> None:
     own = [(0, 1), (0, 2), (0, 3), (4, 5), (1, 3)]
     assert _first_fetches("sketch16t1+i", own, 6, start, seeds, 6, slots=2)[0] == [0, 4, 1, 5, 3, 2]
     assert _first_fetches("sketch16t1+q+i", own, 6, start, seeds, 6, slots=2)[0] == [0, 4, 1, 5, 3, 2]
+
+
+def test_the_promotion_cap_holds_a_host_to_one_plus_a_share_of_its_fetches() -> None:
+    """``c<N>``: one host, the home page links to pages 1-6, page 1 to 6, 5,
+    4 and page 2 to 6, 5, 4, 3; T=1. Uncapped, the sketch serves 6, 5, 4
+    (seen again on page 1) then the FIFO's 2, then 3. With ``c3`` (at most
+    1 + fetched / 3 promotions) 6 and 5 are promoted (after 2 and 3
+    fetches), then the cap holds (2 sent, 4 fetched): the FIFO serves 2 and
+    3 while page 4's counter keeps counting (2, from page 2's link), and
+    once 6 pages are fetched 4 is promoted. ``c2`` does not bind here."""
+    edges = [(0, i) for i in range(1, 7)] + [(1, 6), (1, 5), (1, 4), (2, 6), (2, 5), (2, 4), (2, 3)]
+    free = _small_crawl("sketch16t1+q", edges, 7, [0], [0], 7)
+    assert free.fetched.tolist() == [0, 1, 6, 5, 4, 2, 3] and "capped" not in free.costs
+    assert free.promoted is not None and free.promoted.tolist() == [False, False, True, True, True, False, True]
+    c = _small_crawl("sketch16t1+q+c3", edges, 7, [0], [0], 7)
+    assert c.fetched.tolist() == [0, 1, 6, 5, 2, 3, 4]
+    assert c.promoted is not None and c.promoted.tolist() == [False, False, True, True, False, False, True]
+    assert c.costs["capped"] == 2 and c.costs["promotions"] == 3
+    assert _small_crawl("sketch16t1+q+c2", edges, 7, [0], [0], 7).fetched.tolist() == free.fetched.tolist()
+    f = model.Frontier.parse("sketch8t2+g+q+i+c3")
+    assert f == model.Frontier(k=8, t=2, guaranteed=True, exact=True, internal=True, cap=3)
+    for bad in ("sketch8t2+c0", "x+c2", "c2", "sketch8t2+c"):
+        assert model.Frontier.parse(bad) is None
+
+
+@pytest.mark.parametrize("share", [2, 3, 4])
+def test_the_promotion_cap_binds_on_a_dense_site_and_is_never_passed(share: int) -> None:
+    """Three hosts of 40 pages whose every page links to every other page of
+    its site: each queued URL is seen again on every fetch, so the uncapped
+    sketch serves nearly every page; capped, no host has had more than
+    1 + fetched / N promotions sent (refused ones too) at any fetch."""
+    size, hosts = 40, 3
+    edges = [(h * size + a, h * size + b) for h in range(hosts) for a in range(size) for b in range(size) if a != b]
+    start = [h * size for h in range(hosts)]
+    n, until = size * hosts, size * hosts
+    free = _small_crawl("sketch8t1+q", edges, n, start, start, until, slots=hosts)
+    c = _small_crawl(f"sketch8t1+q+c{share}", edges, n, start, start, until, slots=hosts)
+    for run in (free, c):
+        assert run.fetched.size == n and run.double is not None and not run.double.any()
+        assert run.promoted is not None and run.promoted.size == n
+    g = model.from_edges(n, edges, start=start)
+    binds = False
+    for h in range(hosts):
+        mine = g.host_of[c.fetched] == h
+        before = np.arange(int(mine.sum()))  # pages fetched from the host before each of its fetches
+        sent = np.cumsum(c.promoted[mine])  # promotions up to and including each fetch
+        assert (share * sent <= share + before).all()  # sent <= 1 + before / N
+        free_sent = np.cumsum(free.promoted[g.host_of[free.fetched] == h])
+        binds |= bool((share * free_sent > share + before).any())
+    assert binds  # the uncapped sketch passes the cap somewhere
+    assert c.costs["capped"] > 0 and c.costs["promotions"] < free.costs["promotions"]
+    # refusals count too: every promotion sent, summed over the hosts, fits their final caps
+    assert share * (c.costs["promotions"] + c.costs["refused"] + c.costs["refused_full"]) <= share * hosts + n
 
 
 def test_lanes_at_discovery() -> None:

@@ -192,3 +192,21 @@ def test_the_process_remembers_each_requests_position_and_priority() -> None:
     assert [recent.position(i.digest) for i in batch] == [(5, 0), (6, -3), (70_000, 7), None]  # a priority too far
     recent.mark([Item(b"z" * 32, "a.test", 0, b"U0 z")], unseen=())  # fifo: none
     assert b"z" * 32 in recent and recent.position(b"z" * 32) is None
+
+
+def test_only_links_to_the_pages_own_host_are_counted(redis_url: str, clock: ManualClock) -> None:
+    from tests.servers import open_on
+
+    scheduler = open_on(redis_url, clock, CRAWLER_WITHIN_ORDER="inlinks", CRAWLER_FLUSH_INTERVAL=10)
+    try:
+        session = scheduler.session
+        session.offer(["https://a.test/1", "https://b.test/1"], canonical=True)
+        session.flush()  # queued: their positions known to this process
+        for _ in range(3):
+            assert session.unknown(["https://a.test/1", "https://b.test/1"], depth=1, origin="https://a.test/") == []
+        sketch = session._writes.inlinks
+        assert "a.test" in sketch._by_domain and "b.test" not in sketch._by_domain
+        promoted = session._writes.promotions
+        assert [(p.domain, p.entry) for p in promoted] == [("a.test", b"U1 https://a.test/1")]
+    finally:
+        scheduler.close("finished")

@@ -53,6 +53,12 @@ logger = logging.getLogger(__name__)
 _REQUESTS_ONLY = tuple(m for m in (RefererMiddleware, UrlLengthMiddleware, DepthMiddleware,
                                    MetaCopyDetectionMiddleware) if m is not None)
 
+def _origin(url: str) -> str:
+    """``scheme://host[:port]/`` of ``url``: the prefix its host's links share."""
+    end = url.find("/", url.find("//") + 2)
+    return url + "/" if end < 0 else url[:end + 1]
+
+
 _ROBOTS_CHECK_BUDGET = 0.02  # seconds of robots.txt checks per page; the rest are checked when fetched
 _MAX_REPORTED = 20
 #: seed lines read, parsed and handed to Scrapy's engine between two turns of
@@ -291,8 +297,9 @@ class BillionSpider(scrapy.Spider):
             assert session is not None, "the billion spider needs the frontier scheduler"
             # every link counts for the order (a domain's linking domains), known or not
             session.links_from(domain_of(response.url), links)
-            # links the frontier has seen were checked when first offered
-            fresh = session.unknown(links, depth=depth + 1)
+            # links the frontier has seen were checked when first offered; those
+            # to this page's host count for the order within its domain
+            fresh = session.unknown(links, depth=depth + 1, origin=_origin(response.url))
             known, links = len(links) - len(fresh), fresh
         if self.robots is not None and links:
             links = self._robots_allowed(links)

@@ -149,21 +149,26 @@ class Offers:
             sent += 1
         return sent
 
-    def unknown(self, urls: list[str], depth: int = 0) -> list[str]:
+    def unknown(self, urls: list[str], depth: int = 0, origin: str = "") -> list[str]:
         """``urls`` (canonical) less those :class:`Recent` knows, counted as
         offered duplicates: a caller can skip its own checks of those. In
         the in-link order each one known is a link found again (offered at
-        ``depth`` if it is promoted)."""
+        ``depth`` if it is promoted); given the linking page's ``origin``
+        (``scheme://host/``), only links to that host count, as the
+        simulation's ``+i`` (docs/crawl-order.md)."""
         recent = self.writes.recent
         if recent is None or not urls:
             return urls
-        fresh = []
-        for url in urls:
-            digest = url_fingerprint(url)
-            if digest not in recent:
-                fresh.append(url)
-            elif self.inlinks is not None:
-                self._sighted(url, digest, depth)
+        if self.inlinks is None:
+            fresh = [url for url in urls if url_fingerprint(url) not in recent]
+        else:
+            fresh = []
+            for url in urls:
+                digest = url_fingerprint(url)
+                if digest not in recent:
+                    fresh.append(url)
+                elif url.startswith(origin):
+                    self._sighted(url, digest, depth)
         if len(fresh) < len(urls):
             inc(self.stats, "crawler/frontier/duplicates_local", len(urls) - len(fresh))
         return fresh

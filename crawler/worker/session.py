@@ -494,13 +494,15 @@ class WorkerSession(Services):
         next flush. Returns the pairs it adds (0 in the due order)."""
         return self._offers.links_from(source, urls)
 
-    def unknown(self, urls: list[str], depth: int = 0) -> list[str]:
+    def unknown(self, urls: list[str], depth: int = 0, origin: str = "") -> list[str]:
         """The canonical ``urls`` not known here as seen by the frontier: a
         link found again need not be checked (robots.txt) before it is
         offered. Those left out count in ``crawler/frontier/duplicates_local``;
         in the in-link order (``CRAWLER_WITHIN_ORDER``) each is a link found
-        again, counted for its request (offered at ``depth`` if it is promoted)."""
-        return self._offers.unknown(urls, depth)
+        again, counted for its request (offered at ``depth`` if it is
+        promoted; only links to the host of ``origin``, ``scheme://host/``,
+        when it is given)."""
+        return self._offers.unknown(urls, depth, origin)
 
     def flush(self) -> None:
         """Store buffered requests, and the acknowledgements buffered with

@@ -294,6 +294,7 @@ def test_a_crawl_whose_domains_pass_their_head_fetches_every_page_once(redis_url
 def test_a_worker_fills_a_head_its_take_ran_low_at_once_not_at_its_tick(redis_url: str, clock) -> None:
     """A fast domain is not held to a head a tick: the take that made a fill
     job has the worker run the tier's jobs on the next turn of the reactor."""
+    from crawler.worker.session import FILL_SPACING
     from tests.servers import open_on
 
     scheduler = open_on(redis_url, clock, CRAWLER_DOMAIN_QUEUE_CAP=2, CRAWLER_FRONTIER_BLOCK=4,
@@ -311,5 +312,7 @@ def test_a_worker_fills_a_head_its_take_ran_low_at_once_not_at_its_tick(redis_ur
         clock.advance(0)  # the reactor's next turn, long before the 10-s tick
         assert scheduler.crawler.stats.get_value("crawler/frontier/tier/unpacked") == 4
         assert redis.Redis.from_url(redis_url).llen(head) == 4
+        session._fill_soon()  # another take's fill jobs, at once: the next pass waits its spacing
+        assert session._fill_call.getTime() - clock.timers.seconds() == pytest.approx(FILL_SPACING)
     finally:
         scheduler.close("finished")

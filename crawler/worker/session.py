@@ -79,6 +79,10 @@ STORAGE_LOOK = 0.01
 #: the compact tier's jobs a tick does at most: TIER_PASSES round trips of TIER_JOBS
 #: (a job packs or unpacks up to 8 blocks: about 0.2 ms of zlib each)
 TIER_JOBS = 16
+#: the least time between two passes of the compact tier's jobs made at once
+#: for a take's fill jobs (_fill_soon): a head of 16 and blocks of 64 then
+#: serve one domain at one priority up to ~10 x 16 x 64 requests a second
+FILL_SPACING = 0.1
 TIER_PASSES = 4
 #: rank order: pairs of linking and linked domains a process remembers having sent
 LINKS_REMEMBERED = 200_000
@@ -152,6 +156,7 @@ class WorkerSession(Services):
         self._dead_letters: DeadLetters
         self._flusher: task.LoopingCall | None = None
         self._fill_call: Any = None  # a pass of the compact tier's jobs, soon (_fill_soon)
+        self._fill_last = -FILL_SPACING  # when the last such pass ran (monotonic s)
         self._names: Names | None = None  # per-address politeness: the lookups the frontier asks of this worker
         self._lookups: Addresses
         self._history: HistoryBook | None = None  # recrawl: the history writes and the domains' μ
@@ -436,13 +441,18 @@ class WorkerSession(Services):
 
     def _fill_soon(self) -> None:
         """A take made fill jobs (a head run low, a block next): the
-        compact tier's jobs run at once, not at the next tick, so a domain
-        served faster than a head a tick is not left waiting (docs/frontier.md)."""
+        compact tier's jobs run on the loop's next turn, not at the next
+        tick, so a domain served faster than a head a tick is not left
+        waiting (docs/frontier.md); at most one such pass every
+        FILL_SPACING, so a crawl whose takes keep making them (many domains
+        past their heads) does not pay a pass's round trips a take."""
         if self._fill_call is None or not self._fill_call.active():
-            self._fill_call = self.clock.timers.callLater(0, self._fill_now)
+            wait = max(0.0, self._fill_last + FILL_SPACING - self.clock.monotonic())
+            self._fill_call = self.clock.timers.callLater(wait, self._fill_now)
 
     def _fill_now(self) -> None:
         self._fill_call = None
+        self._fill_last = self.clock.monotonic()
         if self.store is not None and not self._guard.halted:
             self._guard.call(self._move_tiers)
 

@@ -214,7 +214,8 @@ def test_the_stall_dump_says_what_held_the_loop(tmp_path: Path) -> None:
     sample shares; a loop on time writes nothing."""
     import time
 
-    from crawler.extensions.looplag import LoopLagProbe
+    from crawler.extensions.looplag import STALL_MS, LoopLagProbe
+    from tests.servers import wait_until
 
     assert LoopLagProbe(get_crawler(settings_dict={})).dump is None
     path = tmp_path / "stalls.txt"
@@ -222,17 +223,17 @@ def test_the_stall_dump_says_what_held_the_loop(tmp_path: Path) -> None:
     probe = LoopLagProbe(crawler)
 
     def hold_the_loop() -> None:
-        time.sleep(0.5)  # far past STALL_MS, on any machine
+        # held until the probe is half as late again as a stall, on any machine
+        wait_until(lambda: time.monotonic() > probe.expected + 1.5 * STALL_MS / 1000, 30, "a stall")
 
     async def main() -> None:
         probe.spider_opened()
-        await asyncio.sleep(0.3)  # on time: nothing to write
+        # the loop left free (the wait on a thread) until three probes ran on time: nothing to write
+        await asyncio.to_thread(wait_until, lambda: len(probe.minute) >= 3, 30, "three probes")
         assert not path.exists()
         asyncio.get_running_loop().call_soon(hold_the_loop)
-        for _ in range(200):  # until the dump's thread has looked again after the stall
-            await asyncio.sleep(0.05)
-            if path.exists() and path.read_text().endswith("\n\n"):
-                break
+        await asyncio.to_thread(wait_until, lambda: path.exists() and path.read_text().endswith("\n\n"), 30,
+                                "the stall written out")
         probe.spider_closed()
 
     asyncio.run(main())

@@ -181,10 +181,12 @@ local function fifo_length(base, domain, prio)
   return n
 end
 
--- <k> more requests queued for <domain>: counted, and the domain ready
--- unless parked (its first queued requests bring forward a domain ready
--- only for its revisits: LT; else a domain ready already keeps its place: NX)
-local function queued_more(base, domain, k, now)
+-- <k> more requests queued for <domain> at <prio>: the priority among its
+-- queue's, the requests counted, and the domain ready unless parked (its
+-- first queued requests bring forward a domain ready only for its revisits:
+-- LT; else a domain ready already keeps its place: NX)
+local function queued_more(base, domain, prio, k, now)
+  redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
   local dkey = base .. ':dom:' .. domain
   local n = redis.call('HINCRBY', dkey, 'n', k)
   local st = redis.call('HMGET', dkey, 'next', 'busy')
@@ -238,8 +240,7 @@ local function push_many(base, domain, prio, entries, front, now)
       if len >= d.block and len - spilled < d.block then tier_job(base, 'p', domain, prio, now) end
     end
   end
-  redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
-  queued_more(base, domain, k, now)
+  queued_more(base, domain, prio, k, now)
   return spilled, first
 end
 
@@ -276,8 +277,7 @@ local function promote(base, domain, prio, entry, seq, now)
   redis.call('HINCRBY', dkey, 'sk', 1)
   redis.call('RPUSH', base .. ':pq:' .. domain .. ':' .. prio, entry)
   redis.call('HINCRBY', dkey, 'pq', 1)
-  redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
-  queued_more(base, domain, 1, now)
+  queued_more(base, domain, prio, 1, now)
   return 'promoted', pp
 end
 

@@ -53,12 +53,6 @@ logger = logging.getLogger(__name__)
 _REQUESTS_ONLY = tuple(m for m in (RefererMiddleware, UrlLengthMiddleware, DepthMiddleware,
                                    MetaCopyDetectionMiddleware) if m is not None)
 
-def _origin(url: str) -> str:
-    """``scheme://host[:port]/`` of ``url``: the prefix its host's links share."""
-    end = url.find("/", url.find("//") + 2)
-    return url + "/" if end < 0 else url[:end + 1]
-
-
 _ROBOTS_CHECK_BUDGET = 0.02  # seconds of robots.txt checks per page; the rest are checked when fetched
 _MAX_REPORTED = 20
 #: seed lines read, parsed and handed to Scrapy's engine between two turns of
@@ -68,6 +62,12 @@ _MAX_REPORTED = 20
 #: held the loop 150-340 ms before any page was fetched (docs/benchmarks.md)
 SEEDS_PER_TURN = 100
 _UNKNOWN = object()
+
+
+def _origin(url: str) -> str:
+    """``scheme://host[:port]/`` of ``url``: the prefix its host's links share."""
+    end = url.find("/", url.find("//") + 2)
+    return url + "/" if end < 0 else url[:end + 1]
 
 
 def check_arguments(shard: Any = "0", shards: Any = "1", seeds: Any = "", **_: Any) -> tuple[int, int]:

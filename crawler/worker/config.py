@@ -85,8 +85,8 @@ class FrontierSettings:
     def frontier(self, client: redis.Redis, keys: Keys, clock: Clock = SYSTEM, shards: int = 1) -> Frontier:
         """The frontier at ``keys`` (one of ``shards``) as these settings describe it."""
         return Frontier(client, keys, dedup=self.dedup, politeness=self.politeness, overrides=self.overrides,
-                        domain_cap=self.domain_cap, domain_budget=self.domain_budget, budget_max=self.budget_max, block=self.block,
-                        order=self.order, within=self.within,
+                        domain_cap=self.domain_cap, domain_budget=self.domain_budget, budget_max=self.budget_max,
+                        block=self.block, order=self.order, within=self.within,
                         lease_seconds=self.lease_seconds, addresses=self.addresses, shards=shards, clock=clock,
                         recrawl=self.recrawl)
 

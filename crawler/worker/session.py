@@ -79,11 +79,11 @@ STORAGE_LOOK = 0.01
 #: the compact tier's jobs a tick does at most: TIER_PASSES round trips of TIER_JOBS
 #: (a job packs or unpacks up to 8 blocks: about 0.2 ms of zlib each)
 TIER_JOBS = 16
+TIER_PASSES = 4
 #: the least time between two passes of the compact tier's jobs made at once
 #: for a take's fill jobs (_fill_soon): a head of 16 and blocks of 64 then
 #: serve one domain at one priority up to ~10 x 16 x 64 requests a second
 FILL_SPACING = 0.1
-TIER_PASSES = 4
 #: rank order: pairs of linking and linked domains a process remembers having sent
 LINKS_REMEMBERED = 200_000
 

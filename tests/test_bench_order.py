@@ -140,12 +140,17 @@ def test_gap_closed_and_orders_refuse_nonsense() -> None:
         model.Order("x", "omniscient", "fifo")  # the ceiling takes the true PageRank within a host too
 
 
-def test_bench_prints_every_order_and_the_targets() -> None:
+def bench_rows(order: str) -> tuple[str, list[str]]:
+    """What ``python -m bench order`` prints at 20,000 pages, seed 1, with ``order``, and its table's rows."""
     out = io.StringIO()
     with redirect_stdout(out):
-        assert bench_main(["--pages", "20000", "--seed", "1", "--order", "ours=decay/inlinks"]) == 0
+        assert bench_main(["--pages", "20000", "--seed", "1", "--order", order]) == 0
     text = out.getvalue()
-    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    return text, [line for line in text.splitlines() if line.startswith("| ")]
+
+
+def test_bench_prints_every_order_and_the_targets() -> None:
+    text, rows = bench_rows("ours=decay/inlinks")
     assert [r.split(" | ")[0].strip("| ") for r in rows[1:]] == ["due-time", "ours", "omniscient"]
     assert "gap closed@10%" in rows[0] and "top0.1%@10%" in rows[0]
     assert "targets at 10% fetched" in text and "ours" in text.split("targets at 10% fetched")[1]
@@ -416,11 +421,7 @@ def test_frontier_names_parse_and_refuse_nonsense() -> None:
 
 
 def test_bench_reports_double_fetches_for_a_frontier_order() -> None:
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert bench_main(["--pages", "20000", "--seed", "1", "--order", "sk=decay/sketch8t2+g+r64"]) == 0
-    text = out.getvalue()
-    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    text, rows = bench_rows("sk=decay/sketch8t2+g+r64")
     assert rows[0].rstrip(" |").endswith("double@10%")
     assert [r.split(" | ")[0].strip("| ") for r in rows[1:]] == ["due-time", "sk", "omniscient"]
     assert "of the first 10% fetches double" in text and "double fetches at most" in text

@@ -156,11 +156,13 @@ def classify(stack: str, table: tuple[tuple[str, tuple[str, ...]], ...] = COMPON
 
 
 def profile(pid: int, seconds: float, out: Path, rate: int = 200,
-            table: tuple[tuple[str, tuple[str, ...]], ...] = COMPONENTS) -> dict[str, float]:
-    """Share of the process's samples by component (py-spy, all threads)."""
+            table: tuple[tuple[str, tuple[str, ...]], ...] = COMPONENTS, native: bool = False) -> dict[str, float]:
+    """Share of the process's samples by component (py-spy, all threads;
+    ``native``: C frames too, the process paused for each sample, which
+    costs the crawl more)."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     subprocess.run([py_spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", str(rate),
-                    "--format", "raw", "--output", str(out), "--nonblocking"],
+                    "--format", "raw", "--output", str(out), *(["--native"] if native else ["--nonblocking"])],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     shares: Counter[str] = Counter()
     if not out.exists():
@@ -217,8 +219,9 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         redis.client().config_set("slowlog-max-len", 2_000_000)
         redis.client().slowlog_reset()
     t0 = time.time()
-    shares = profile(proc.pid, window, (args.profile_dir or tmp) / f"{name.split()[0]}.raw", args.spy_rate,
-                     AREAS if args.areas else COMPONENTS)
+    spy_name = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)  # before and ours kept apart
+    shares = profile(proc.pid, window, (args.profile_dir or tmp) / f"{spy_name}.raw", args.spy_rate,
+                     AREAS if args.areas else COMPONENTS, args.spy_native)
     time.sleep(max(0.0, t0 + window - time.time()))
     t1 = time.time()
     cpu1, redis1 = cpu_seconds(proc.pid), cpu_seconds(redis.proc.pid)  # type: ignore[union-attr]
@@ -236,6 +239,11 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     if status != 0:
         print(err[-3000:])
         raise SystemExit(f"{name}: the crawl failed")
+    # the crawl's WARC files deleted and the disk's dirty pages written out
+    # before the next crawl: its writes would otherwise pay for this one's
+    # (a gigabyte of page cache a crawl)
+    shutil.rmtree(tmp / "warc", ignore_errors=True)
+    os.sync()
     crawl_stats = json.loads(stats_file.read_text()) if stats_file is not None and stats_file.exists() else {}
     if stats_file is not None and args.profile_dir:  # kept beside the profiles
         shutil.copy(stats_file, args.profile_dir / stats_file.name)
@@ -596,6 +604,9 @@ def main() -> None:
     p.add_argument("--spy-rate", type=int, default=200,
                    help="py-spy samples per second (idle threads are not sampled: a run at 70%% CPU "
                         "for 100 s at 300/s keeps about 21,000)")
+    p.add_argument("--spy-native", action="store_true",
+                   help="py-spy samples C frames too (what an extension module's time is spent on; it costs "
+                        "the crawl more CPU: not for the CPU-per-page figure)")
     p.add_argument("--areas", action="store_true",
                    help="split CPU per page into the finer areas of AREAS (docs/benchmarks.md, 'Where the CPU goes')")
     p.add_argument("--addresses", type=int, default=0,

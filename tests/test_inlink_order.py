@@ -210,3 +210,23 @@ def test_only_links_to_the_pages_own_host_are_counted(redis_url: str, clock: Man
         assert [(p.domain, p.entry) for p in promoted] == [("a.test", b"U1 https://a.test/1")]
     finally:
         scheduler.close("finished")
+
+
+def test_without_an_origin_each_link_counts_for_its_own_domain(redis_url: str, clock: ManualClock) -> None:
+    """``unknown()`` called without the linking page's origin (another
+    spider's links): the links found again are counted domain by domain."""
+    from tests.servers import open_on
+
+    scheduler = open_on(redis_url, clock, CRAWLER_WITHIN_ORDER="inlinks", CRAWLER_FLUSH_INTERVAL=10)
+    try:
+        session = scheduler.session
+        session.offer(["https://a.test/1", "https://b.test/1", "https://a.test/2"], canonical=True)
+        session.flush()
+        for _ in range(2):
+            assert session.unknown(["https://a.test/1", "https://b.test/1"], depth=1) == []
+        sketch = session._writes.inlinks
+        assert set(sketch._by_domain) == {"a.test", "b.test"}
+        promoted = sorted((p.domain, p.entry) for p in session._writes.promotions)
+        assert promoted == [("a.test", b"U1 https://a.test/1"), ("b.test", b"U1 https://b.test/1")]
+    finally:
+        scheduler.close("finished")

@@ -37,13 +37,32 @@ from crawler.store.codec import encode_url
 PROMOTED_KEPT = 64
 
 
+class _Kept:
+    """The last ``size`` positions added, looked up as a set."""
+
+    __slots__ = ("order", "members")
+
+    def __init__(self, size: int) -> None:
+        self.order: deque[int] = deque(maxlen=size)
+        self.members: set[int] = set()
+
+    def __contains__(self, position: int) -> bool:
+        return position in self.members
+
+    def add(self, position: int) -> None:
+        if len(self.order) == self.order.maxlen:
+            self.members.discard(self.order[0])
+        self.order.append(position)
+        self.members.add(position)
+
+
 @dataclass
 class _Domain:
     #: key -> [count, inherited, priority, position, url, depth]
     counters: dict[bytes, list] = field(default_factory=dict)
     #: priority -> how far the queue had given, as the frontier last said
     given: dict[int, int] = field(default_factory=dict)
-    promoted: deque = field(default_factory=lambda: deque(maxlen=PROMOTED_KEPT))
+    promoted: _Kept = field(default_factory=lambda: _Kept(PROMOTED_KEPT))
     promotions: int = 0  # sent for this domain (while it is remembered)
 
 
@@ -75,26 +94,45 @@ class InlinkSketch:
         """A link found again to the request ``key`` (its fingerprint) of
         ``domain``, queued at ``position`` at ``priority``: counted; the
         promotion to send when its guaranteed count reaches the threshold."""
+        promotions = self.sighted_all(domain, [(priority, key, position, url)], depth)
+        return promotions[0] if promotions else None
+
+    def sighted_all(self, domain: str, sightings: list[tuple[int, bytes, int, str]],
+                    depth: int = 0) -> list[Promotion]:
+        """Links of one page found again to requests of ``domain``, each
+        ``(priority, key, position, url)`` as :meth:`sighted` takes them,
+        counted in turn; the promotions they made (the domain looked up once
+        a page: a page finds some 25 of its own host's links again)."""
         d = self._domain(domain)
-        if position <= d.given.get(priority, 0) or position in d.promoted:
-            return None
-        c = d.counters.get(key)
-        if c is not None:
-            c[0] += 1
-        elif len(d.counters) < self.counters:
-            c = d.counters[key] = [1, 0, priority, position, url, depth]
-        else:
-            low = min(d.counters, key=lambda k: d.counters[k][0])
-            least = d.counters.pop(low)[0]
-            c = d.counters[key] = [least + 1, least, priority, position, url, depth]
-        if c[0] - c[1] < self.threshold or d.promotions >= 1 + self.share * sum(d.given.values()):
-            return None
-        # allowed one: the counter of the highest guaranteed count (this one, or one held back by the cap)
-        key = max(d.counters, key=lambda k: d.counters[k][0] - d.counters[k][1])
-        _, _, priority, position, url, depth = d.counters.pop(key)
-        d.promoted.append(position)
-        d.promotions += 1
-        return Promotion(domain, priority, encode_url(url, depth), position)
+        given, promoted, counters = d.given, d.promoted, d.counters
+        out: list[Promotion] = []
+        for priority, key, position, url in sightings:
+            if position <= given.get(priority, 0) or position in promoted:
+                continue
+            c = counters.get(key)
+            if c is not None:
+                c[0] += 1
+            elif len(counters) < self.counters:
+                c = counters[key] = [1, 0, priority, position, url, depth]
+            else:
+                low, least = None, 0
+                for k, held in counters.items():  # the lowest count (8 counters: no key function's calls)
+                    if low is None or held[0] < least:
+                        low, least = k, held[0]
+                del counters[low]
+                c = counters[key] = [least + 1, least, priority, position, url, depth]
+            if c[0] - c[1] < self.threshold or d.promotions >= 1 + self.share * sum(given.values()):
+                continue
+            # allowed one: the counter of the highest guaranteed count (this one, or one held back by the cap)
+            best, most = key, c[0] - c[1]
+            for k, held in counters.items():
+                if held[0] - held[1] > most:
+                    best, most = k, held[0] - held[1]
+            _, _, at_priority, at_position, at_url, at_depth = counters.pop(best)
+            promoted.add(at_position)
+            d.promotions += 1
+            out.append(Promotion(domain, at_priority, encode_url(at_url, at_depth), at_position))
+        return out
 
     def given(self, domain: str, priority: int, upto: int) -> None:
         """The frontier says ``domain``'s queue at ``priority`` gave its

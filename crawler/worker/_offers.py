@@ -14,6 +14,7 @@ from crawler.recrawl.record import key_of
 from crawler.sharding import shard_of
 from crawler.sitemaps import lastmod_seconds
 from crawler.store import LOST, REDIRECTED, Hint, Item, codec
+from crawler.worker._recent import unpack_position
 from crawler.worker._stats import inc
 from crawler.worker.visit import host_of_url
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from crawler.worker._writes import WriteBuffer
 
 logger = logging.getLogger(__name__)
+
+_UNKNOWN = object()  # not in Recent
 
 
 class Offers:
@@ -162,13 +165,24 @@ class Offers:
         if self.inlinks is None:
             fresh = [url for url in urls if url_fingerprint(url) not in recent]
         else:
-            fresh = []
+            # Recent's two generations read here, once a link: this runs for every link of every page
+            fresh, again, new, old = [], [], recent.new, recent.old
             for url in urls:
                 digest = url_fingerprint(url)
-                if digest not in recent:
-                    fresh.append(url)
-                elif url.startswith(origin):
-                    self._sighted(url, digest, depth)
+                packed = new.get(digest, _UNKNOWN)
+                if packed is _UNKNOWN:
+                    packed = old.get(digest, _UNKNOWN)
+                    if packed is _UNKNOWN:
+                        fresh.append(url)
+                        continue
+                if packed is not None and url.startswith(origin):  # this process queued it, in this shard
+                    position, priority = unpack_position(packed)
+                    again.append((priority, digest, position, url))
+            if again and origin:  # one host's links: one domain's
+                self.writes.promotions.extend(self.inlinks.sighted_all(domain_of(origin), again, depth))
+            elif again:
+                for sighting in again:
+                    self.writes.promotions.extend(self.inlinks.sighted_all(domain_of(sighting[3]), [sighting], depth))
         if len(fresh) < len(urls):
             inc(self.stats, "crawler/frontier/duplicates_local", len(urls) - len(fresh))
         return fresh

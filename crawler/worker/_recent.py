@@ -11,6 +11,11 @@ _PRIORITY_OFFSET = 1 << (_PRIORITY_BITS - 1)
 _PRIORITY_MASK = (1 << _PRIORITY_BITS) - 1
 
 
+def unpack_position(packed: int) -> tuple[int, int]:
+    """A position and a priority as :meth:`Recent.mark` packed them."""
+    return packed >> _PRIORITY_BITS, (packed & _PRIORITY_MASK) - _PRIORITY_OFFSET
+
+
 class Recent:
     """Fingerprints of links this process has had marked seen in the frontier
     (``CRAWLER_DEDUP_LOCAL``): a link found again (a site's menu, on every
@@ -44,7 +49,7 @@ class Recent:
         got = self.new.get(digest)
         if got is None:
             got = self.old.get(digest)
-        return None if got is None else (got >> _PRIORITY_BITS, (got & _PRIORITY_MASK) - _PRIORITY_OFFSET)
+        return None if got is None else unpack_position(got)
 
     def clear(self) -> None:
         self.new.clear()

@@ -124,7 +124,7 @@ class InlinkSketch:
             if c[0] - c[1] < self.threshold or d.promotions >= 1 + self.share * sum(given.values()):
                 continue
             # allowed one: the counter of the highest guaranteed count (this one, or one held back by the cap)
-            best, most = key, c[0] - c[1]
+            best, most = None, -1  # the first of the highest, in the counters' order
             for k, held in counters.items():
                 if held[0] - held[1] > most:
                     best, most = k, held[0] - held[1]

@@ -33,9 +33,10 @@ a mean transfer of about 1.5 s), ``both`` one after the other, in one table.
 this bench (no storage, no Redis, no crash safety), as a floor of CPU per page.
 
 ``--repeat N`` runs the crawls N times in turn on one test web (ours, bare,
-ours, bare, ...): the machine's speed drifts by more than the differences
-measured, so the ratio of CPU per page is taken within each round and the
-median of the rounds is printed.
+bare, ours, ours, bare, ...: the other order every second round, so what
+coming second costs falls on each): the machine's speed drifts by more than
+the differences measured, so the ratio of CPU per page is taken within each
+round and the median of the rounds is printed.
 
 ``--offenders FILE`` appends every site-side interval under the delay to
 FILE (both requests' targets, statuses, arrival and end of answer): the
@@ -155,6 +156,12 @@ def classify(stack: str, table: tuple[tuple[str, tuple[str, ...]], ...] = COMPON
     return "other"
 
 
+def system_seconds(pid: int) -> float:
+    """The system (kernel) part of :func:`cpu_seconds`: system calls, I/O."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
+
+
 def profile(pid: int, seconds: float, out: Path, rate: int = 200,
             table: tuple[tuple[str, tuple[str, ...]], ...] = COMPONENTS, native: bool = False) -> dict[str, float]:
     """Share of the process's samples by component (py-spy, all threads;
@@ -212,6 +219,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     time.sleep(args.warmup)
     window = args.seconds - args.warmup - 5
     cpu0, redis0 = cpu_seconds(proc.pid), cpu_seconds(redis.proc.pid)  # type: ignore[union-attr]
+    sys0 = system_seconds(proc.pid)
     web0 = cpu_seconds(web.proc.pid)  # type: ignore[union-attr]
     calls0 = redis.client().info("commandstats")
     if args.script_times:  # every command's time in the slow log: each script's own (it costs Redis a little)
@@ -225,6 +233,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     time.sleep(max(0.0, t0 + window - time.time()))
     t1 = time.time()
     cpu1, redis1 = cpu_seconds(proc.pid), cpu_seconds(redis.proc.pid)  # type: ignore[union-attr]
+    sys1 = system_seconds(proc.pid)
     web1 = cpu_seconds(web.proc.pid)  # type: ignore[union-attr]
     calls1 = redis.client().info("commandstats")
     scripts = script_times(redis.client()) if args.script_times else {}
@@ -286,6 +295,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         "pages_s": len(in_window) / (t1 - t0), "cpu": cpu,
         # every request in the window (robots.txt and failures too): each takes an address's turn
         "requests_s": sum(1 for e in log if t0 * 1000 <= e.ms < t1 * 1000) / (t1 - t0), "cpu_ms": cpu / max(new, 1) * 1000,
+        "sys_ms": (sys1 - sys0) / max(new, 1) * 1000,
         "pages_per_cpu_s": new / cpu if cpu else 0.0,
         "redis_ms": (redis1 - redis0) / max(new, 1) * 1000, "rss_mb": usage.ru_maxrss / 1024, "memory": memory,
         "redis_commands": commands, "redis_scripts": scripts,
@@ -521,7 +531,7 @@ def report(label_: str, r: dict[str, object], bound: float, web: TestWebProcess,
     tls = web.counters()
     print(f"\n{label_}: {r['pages_s']:.1f} pages/s in the window = {r['pages_s'] / bound:.0%} of "  # type: ignore[operator]
           f"the bound; {r['pages_per_cpu_s']:.1f} new pages per CPU second "
-          f"({r['cpu_ms']:.2f} CPU ms/page, Redis {r['redis_ms']:.2f}); peak RSS {r['rss_mb']:.0f} MB; "
+          f"({r['cpu_ms']:.2f} CPU ms/page, {r['sys_ms']:.2f} of it the kernel's, Redis {r['redis_ms']:.2f}); peak RSS {r['rss_mb']:.0f} MB; "
           f"{r['pages_total']:,} pages in all, {r['domains_active']:,} domains fetched in the window, "
           f"{r['turn_s']:.2f} s between a domain's fetches; test web so far: {tls['tls_handshakes']:,} TLS "
           f"handshakes, {tls['tls_resumed']:,} resumed")
@@ -670,7 +680,10 @@ def main() -> None:
                           + (f"; the {BARE} resolves every host to {LOOPBACK}: its per-address audit sees one address"
                              if not args.only or "bare" in args.only else ""))
                 for round_ in range(1, args.repeat + 1):
-                    for label_, (cmd, env, cwd) in crawls(args, web, redis, tmp, seeds).items():
+                    order = list(crawls(args, web, redis, tmp, seeds).items())
+                    if round_ % 2 == 0:  # the crawls in the other order: what a place in the run costs falls on each
+                        order.reverse()
+                    for label_, (cmd, env, cwd) in order:
                         name_ = f"{sizes}-{label_.split()[0]}" + (f"-{round_}" if args.repeat > 1 else "")
                         r = run(name_ + " " + label_, cmd, env, cwd, web, redis, args, tmp)
                         r["round"] = round_

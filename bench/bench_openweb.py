@@ -94,7 +94,7 @@ sys.path.insert(0, str(ROOT))
 from crawler.settings_registry import BY_NAME  # noqa: E402
 from devkit.testweb.config import LOOPBACK, WebConfig, layout_addresses, layout_counts  # noqa: E402
 from devkit.testweb.control import LogEntry, TestWebProcess, consecutive, max_in_flight  # noqa: E402
-from tests.servers import RedisServer, cpu_seconds  # noqa: E402
+from tests.servers import RedisServer, cpu_seconds, system_seconds  # noqa: E402
 
 #: component -> path fragments of a py-spy frame; the first match from the
 #: innermost frame outwards names the component of a sample
@@ -156,12 +156,6 @@ def classify(stack: str, table: tuple[tuple[str, tuple[str, ...]], ...] = COMPON
     return "other"
 
 
-def system_seconds(pid: int) -> float:
-    """The system (kernel) part of :func:`cpu_seconds`: system calls, I/O."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[12]) / os.sysconf("SC_CLK_TCK")
-
-
 def profile(pid: int, seconds: float, out: Path, rate: int = 200,
             table: tuple[tuple[str, tuple[str, ...]], ...] = COMPONENTS, native: bool = False) -> dict[str, float]:
     """Share of the process's samples by component (py-spy, all threads;
@@ -210,9 +204,10 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
     redis.client().flushall()
     before = len(web.log())
     started = time.time()
+    file_name = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)  # its stats, its profile: each crawl's own
     stats_file = None
     if "billion" in cmd:  # ours: its own stats (the loop's worst stall, pages acknowledged and stored)
-        stats_file = tmp / ("stats-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in name) + ".json")
+        stats_file = tmp / f"stats-{file_name}.json"
         cmd = [*cmd, "-s", f"CRAWLER_STATS_FILE={stats_file}"]
     proc = subprocess.Popen(["taskset", "-c", "0", *cmd], cwd=cwd, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -227,8 +222,7 @@ def run(name: str, cmd: list[str], env: dict[str, str], cwd: Path, web: TestWebP
         redis.client().config_set("slowlog-max-len", 2_000_000)
         redis.client().slowlog_reset()
     t0 = time.time()
-    spy_name = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)  # before and ours kept apart
-    shares = profile(proc.pid, window, (args.profile_dir or tmp) / f"{spy_name}.raw", args.spy_rate,
+    shares = profile(proc.pid, window, (args.profile_dir or tmp) / f"{file_name}.raw", args.spy_rate,
                      AREAS if args.areas else COMPONENTS, args.spy_native)
     time.sleep(max(0.0, t0 + window - time.time()))
     t1 = time.time()

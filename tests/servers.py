@@ -55,10 +55,21 @@ def open_on(redis_url: str, clock: Any, **settings: object) -> Any:
     return scheduler
 
 
+def _cpu_times(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds a running process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds a running process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(_cpu_times(pid))
+
+
+def system_seconds(pid: int) -> float:
+    """The system (kernel) part of :func:`cpu_seconds`: system calls, I/O."""
+    return _cpu_times(pid)[1]
 
 
 def free_port() -> int:

@@ -124,8 +124,8 @@ def main() -> None:
         for name, stat in sorted(calls1.items()):
             before = calls0.get(name, {"calls": 0, "usec": 0})
             calls, usec = stat["calls"] - before["calls"], stat["usec"] - before["usec"]
-            if usec > cpu * 1e6 * 0.01:
-                print(f"  {name}: {calls:,} calls, {usec / pages:.1f} us a page")
+            if calls:
+                print(f"  {name.removeprefix('cmdstat_')}: {calls / pages:.2f} a page, {usec / pages:.1f} us a page")
     finally:
         server.stop()
 

@@ -90,6 +90,37 @@ local function defaults(base)
   return defaults_cache
 end
 
+-- Whether <key> exists, looked up once a call: for the keys a frontier
+-- may never have (overrides, robots.txt delays, exclusions, address
+-- charges), so a call reads a domain's entry in them only when there are
+-- any. Only for keys no script of this folder creates during a call, or
+-- whose creator marks them here (dequeue.lua's charge()).
+local present = {}
+local function has(key)
+  local p = present[key]
+  if p == nil then
+    p = redis.call('EXISTS', key) == 1
+    present[key] = p
+  end
+  return p
+end
+
+-- ``cmd key <list...>`` in calls of at most 500 values (Lua's stack), the
+-- replies joined in order (an array reply's items; else the integer
+-- replies summed)
+local function call_each(cmd, key, list)
+  local joined, sum = {}, 0
+  for i = 1, #list, 500 do
+    local r = redis.call(cmd, key, unpack(list, i, math.min(i + 499, #list)))
+    if type(r) == 'table' then
+      for j = 1, math.min(500, #list - i + 1) do joined[i + j - 1] = r[j] end
+    else
+      sum = sum + r
+    end
+  end
+  return joined, sum
+end
+
 -- A domain's weight, what its place in the rank order and its budget grow
 -- with (docs/frontier.md): a ranking file's (base:rank) else the domains seen
 -- linking to it (base:inl:<d>, a HyperLogLog the workers add to). Counted at
@@ -112,7 +143,8 @@ local function domain_weight(base, domain, dkey, w, wt, now)
   w = was
   if not w or w < LINKS_DENSE or now - (tonumber(wt or '0') or 0) >= LINKS_RECOUNT_MS then
     w = redis.call('PFCOUNT', base .. ':inl:' .. domain)
-    redis.call('HSET', dkey, 'w', w, 'wt', now)
+    -- 'wt' matters only to a dense count: a sparse one unchanged is not written again
+    if w ~= was or w >= LINKS_DENSE then redis.call('HSET', dkey, 'w', w, 'wt', now) end
     local k = decade(w)
     if was == nil or decade(was) ~= k then
       local stats = base .. ':stats'
@@ -185,7 +217,7 @@ end
 -- queue's, the requests counted, and the domain ready unless parked (its
 -- first queued requests bring forward a domain ready only for its revisits:
 -- LT; else a domain ready already keeps its place: NX)
-local function queued_more(base, domain, prio, k, now)
+local function queued_more(base, domain, prio, k, now, uncounted)
   redis.call('ZADD', base .. ':qp:' .. domain, -tonumber(prio), prio)
   local dkey = base .. ':dom:' .. domain
   local n = redis.call('HINCRBY', dkey, 'n', k)
@@ -193,15 +225,16 @@ local function queued_more(base, domain, prio, k, now)
   if not st[2] then  -- a parked domain becomes ready when its request is done
     redis.call('ZADD', base .. ':ready', n == k and 'LT' or 'NX', math.max(now, tonumber(st[1] or '0') or 0), domain)
   end
-  redis.call('HINCRBY', base .. ':stats', 'queued', k)
+  if not uncounted then redis.call('HINCRBY', base .. ':stats', 'queued', k) end
 end
 
 -- Queues <entries> (a list, in their order) of <domain> at <prio>: at the
 -- head's front (<front>: requests given back) or after everything queued
 -- (the head's end while it has room and nothing is past it, the rest to the
--- spill's end), in one write per list. Returns how many went to the spill
+-- spill's end), in one write per list; counted in :stats 'queued' unless
+-- <uncounted> (the caller counts them). Returns how many went to the spill
 -- and, in the in-link order, the position of the first put at the end.
-local function push_many(base, domain, prio, entries, front, now)
+local function push_many(base, domain, prio, entries, front, now, uncounted)
   local k = #entries
   local q, z, s = tier_keys(base, domain, prio)
   local spilled, first = 0, nil
@@ -240,7 +273,7 @@ local function push_many(base, domain, prio, entries, front, now)
       if len >= d.block and len - spilled < d.block then tier_job(base, 'p', domain, prio, now) end
     end
   end
-  queued_more(base, domain, prio, k, now)
+  queued_more(base, domain, prio, k, now, uncounted)
   return spilled, first
 end
 
@@ -263,7 +296,9 @@ local PROMOTED_MAX = 64
 local function promote(base, domain, prio, entry, seq, now)
   local d = defaults(base)
   if d.within ~= 'inlinks' then return 'off', 0 end
-  if redis.call('SISMEMBER', base .. ':excluded', domain) == 1 then return 'excluded', 0 end
+  if has(base .. ':excluded') and redis.call('SISMEMBER', base .. ':excluded', domain) == 1 then
+    return 'excluded', 0
+  end
   local dkey = base .. ':dom:' .. domain
   local adf, ppf = position_fields(base, prio)
   local st = redis.call('HMGET', dkey, adf, ppf, 'sk')
@@ -335,7 +370,8 @@ end
 -- raised by a robots.txt Crawl-delay (base:policy:robots, seconds)
 local function policy(base, domain, d_rate, d_burst, d_delay)
   local rate, burst, delay = d_rate, d_burst, d_delay
-  local raw = redis.call('HGET', base .. ':policy', domain) or redis.call('HGET', base .. ':policy:settings', domain)
+  local raw = has(base .. ':policy') and redis.call('HGET', base .. ':policy', domain)
+  if not raw and has(base .. ':policy:settings') then raw = redis.call('HGET', base .. ':policy:settings', domain) end
   if raw then
     local ok, p = pcall(cjson.decode, raw)
     if ok and type(p) == 'table' then
@@ -344,7 +380,7 @@ local function policy(base, domain, d_rate, d_burst, d_delay)
       if type(p.delay) == 'number' then delay = p.delay * 1000 end
     end
   end
-  local robots = tonumber(redis.call('HGET', base .. ':policy:robots', domain) or '')
+  local robots = has(base .. ':policy:robots') and tonumber(redis.call('HGET', base .. ':policy:robots', domain) or '')
   if robots and robots * 1000 > delay then delay = robots * 1000 end
   return rate, math.max(burst, 1), delay
 end
@@ -445,10 +481,16 @@ end
 -- address, one fewer is in flight there, and the address's next request
 -- may start ip_delay after <mark> (a shared front end spaces its requests'
 -- starts instead, when they start); its first waiter is offered it then.
-local function ip_release(base, id, mark)
+-- ip_charged(): the address <id> was charged to, and its charge taken off
+-- base:leasea; ip_free(): the address's side.
+local function ip_charged(base, id)
+  if not has(base .. ':leasea') then return nil end
   local a = redis.call('HGET', base .. ':leasea', id)
-  if not a then return end
-  redis.call('HDEL', base .. ':leasea', id)
+  if a then redis.call('HDEL', base .. ':leasea', id) end
+  return a
+end
+
+local function ip_free(base, a, mark)
   local k = IPB .. ':ip:' .. a
   local v = redis.call('HMGET', k, 'out', 'next', 'shared')
   local out = math.max(0, (tonumber(v[1] or '0') or 0) - 1)
@@ -456,6 +498,11 @@ local function ip_release(base, id, mark)
   if v[3] ~= '1' then nxt = math.max(nxt, mark + defaults(base).ip_delay) end
   redis.call('HSET', k, 'out', out, 'next', nxt)
   if redis.call('EXISTS', IPB .. ':ipwait:' .. a) == 1 then redis.call('ZADD', IPB .. ':ipdue', nxt, a) end
+end
+
+local function ip_release(base, id, mark)
+  local a = ip_charged(base, id)
+  if a then ip_free(base, a, mark) end
 end
 
 -- The lookup of <host> is over (answered, or its claim ran out): the domains
@@ -538,9 +585,9 @@ local ENDS = {s = 'end_stored', n = 'end_not_modified', d = 'end_dead', r = 'end
               x = 'end_redirected', l = 'end_lost', u = 'end_unknown'}
 
 local function ack_all(base, ids, now)
-  local acked = 0
-  local ends = {}
-  for _, ack in ipairs(ids) do
+  if #ids == 0 then return 0 end
+  local parsed, names = {}, {}
+  for i, ack in ipairs(ids) do
     local id, age, dur, fin = ack, nil, nil, nil
     local c = string.find(ack, ':', 1, true)
     if c then
@@ -553,21 +600,41 @@ local function ack_all(base, ids, now)
         if c3 then fin = ENDS[string.sub(ack, c3 + 1)] end
       end
     end
-    local rec = redis.call('HGET', base .. ':lease', id)
-    if redis.call('ZREM', base .. ':leases', id) == 1 then
-      redis.call('HDEL', base .. ':lease', id)
-      acked = acked + 1
-      if fin then ends[fin] = (ends[fin] or 0) + 1 end
-      if now == nil then now = now_ms() end
-      local mark = now + 1 - (age or 0)
-      if rec then unpark(base, split_record(rec), id, mark, dur) end
-      ip_release(base, id, mark)
+    parsed[i] = {age, dur, fin}
+    names[i] = id
+  end
+  -- the leases still held (an id named twice counts once), read and taken off in one call per key
+  local deadlines = call_each('ZMSCORE', base .. ':leases', names)
+  local held, gone, places = {}, {}, {}
+  for i, id in ipairs(names) do
+    if deadlines[i] and not held[id] then
+      held[id] = true
+      gone[#gone + 1] = id
+      places[#places + 1] = i
     end
   end
+  if #gone == 0 then return 0 end
+  local recs = call_each('HMGET', base .. ':lease', gone)
+  call_each('ZREM', base .. ':leases', gone)
+  call_each('HDEL', base .. ':lease', gone)
+  local charged = {}
+  if has(base .. ':leasea') then
+    charged = call_each('HMGET', base .. ':leasea', gone)
+    call_each('HDEL', base .. ':leasea', gone)
+  end
+  local ends = {}
+  if now == nil then now = now_ms() end
+  for j, id in ipairs(gone) do
+    local age, dur, fin = unpack(parsed[places[j]])
+    if fin then ends[fin] = (ends[fin] or 0) + 1 end
+    local mark = now + 1 - (age or 0)
+    if recs[j] then unpark(base, split_record(recs[j]), id, mark, dur) end
+    if charged[j] then ip_free(base, charged[j], mark) end
+  end
   local stats = base .. ':stats'
-  if acked > 0 then redis.call('HINCRBY', stats, 'acked', acked) end
+  redis.call('HINCRBY', stats, 'acked', #gone)
   for name, n in pairs(ends) do redis.call('HINCRBY', stats, name, n) end
-  return acked
+  return #gone
 end
 
 -- ARGV[start] = count, followed by that many values; returns values, next index
@@ -667,7 +734,7 @@ local function new_offer(base, mode, budget)
     local seen = false
     local ex = excluded_set[domain]
     if ex == nil then
-      ex = redis.call('SISMEMBER', base .. ':excluded', domain) == 1
+      ex = has(base .. ':excluded') and redis.call('SISMEMBER', base .. ':excluded', domain) == 1
       excluded_set[domain] = ex
     end
     if ex then excluded = excluded + 1; return false end
@@ -723,7 +790,7 @@ local function new_offer(base, mode, budget)
   function self.finish()
     local seqs = {}
     for _, g in ipairs(order) do
-      local past, first = push_many(base, g.domain, g.prio, g.entries, false, now)
+      local past, first = push_many(base, g.domain, g.prio, g.entries, false, now, true)
       spilled = spilled + past
       if first then
         for i = 1, #g.entries do
@@ -733,7 +800,10 @@ local function new_offer(base, mode, budget)
     end
     for domain, k in pairs(admitted) do redis.call('HINCRBY', base .. ':dom:' .. domain, 'admitted', k) end
     local stats = base .. ':stats'
-    if added > 0 then redis.call('HINCRBY', stats, 'enqueued', added) end
+    if added > 0 then
+      redis.call('HINCRBY', stats, 'enqueued', added)
+      redis.call('HINCRBY', stats, 'queued', added)
+    end
     if dups > 0 then redis.call('HINCRBY', stats, 'duplicates', dups) end
     if spilled > 0 then redis.call('HINCRBY', stats, 'spilled', spilled) end
     if over > 0 then redis.call('HINCRBY', stats, 'over_budget', over) end

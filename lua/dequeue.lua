@@ -101,7 +101,11 @@ local OFFER_MS = 1000  -- an address offered to a waiter that did not take it is
 -- set by the main block: the clock of this call, the latest fence, the
 -- frontier's defaults, the reply, and what the turns took
 local now, fenced, ipc, gated, out, lookups
-local taken, attempts, denials = 0, 0, 0
+local taken, attempts, denials, took_all = 0, 0, 0, 0
+-- the leases of this call, written at the end of the turns (write_leases()):
+-- the last id given (base:seq, read at the first), and per lease its
+-- deadline and id (base:leases), its id and record (base:lease)
+local last_id, lease_deadlines, lease_records = nil, {}, {}
 
 -- === the reply ===
 
@@ -549,6 +553,7 @@ end
 -- lease <id> is charged to address <a>
 local function charge(id, a, shared)
   redis.call('HSET', base .. ':leasea', id, a)
+  present[base .. ':leasea'] = true
   local k = IPB .. ':ip:' .. a
   redis.call('HINCRBY', k, 'out', 1)
   redis.call('HINCRBY', k, 'served', 1)
@@ -559,7 +564,7 @@ end
 
 -- excluded while queued: its requests are dropped, never fetched
 local function drop_excluded(domain, dkey)
-  if redis.call('SISMEMBER', base .. ':excluded', domain) == 0 then return false end
+  if not has(base .. ':excluded') or redis.call('SISMEMBER', base .. ':excluded', domain) == 0 then return false end
   local dropped = tonumber(redis.call('HGET', dkey, 'n') or '0') or 0
   tier_drop(base, domain)
   redis.call('HSET', dkey, 'n', 0)
@@ -571,14 +576,18 @@ local function drop_excluded(domain, dkey)
 end
 
 -- lease the request <entry> of <domain> to this worker, charged to <address>
--- when it is one; returns whether it is sent (not "!nx", "!refused")
+-- when it is one; returns whether it is sent (not "!nx", "!refused") and
+-- its lease id. The domain's own writes (dom 'given', 'busy') are the
+-- turn's (end_turn()), the lease's the call's (write_leases()).
 local function lease(domain, prio, entry, address, shared)
   taken = taken + 1
-  if ipc.order == 'rank' then redis.call('HINCRBY', base .. ':dom:' .. domain, 'given', 1) end
-  local id = tostring(redis.call('INCR', base .. ':seq'))
+  last_id = (last_id or tonumber(redis.call('GET', base .. ':seq') or '0')) + 1
+  local id = tostring(last_id)
   local rec = domain .. '\n' .. prio .. '\n' .. entry
-  redis.call('ZADD', base .. ':leases', now + lease_ms, id)
-  redis.call('HSET', base .. ':lease', id, rec)
+  lease_deadlines[#lease_deadlines + 1] = now + lease_ms
+  lease_deadlines[#lease_deadlines + 1] = id
+  lease_records[#lease_records + 1] = id
+  lease_records[#lease_records + 1] = rec
   out[#out + 1] = id
   out[#out + 1] = rec
   out[#out + 1] = address
@@ -587,21 +596,34 @@ local function lease(domain, prio, entry, address, shared)
   return sent, id
 end
 
+-- the leases of the turns, in one write per key; the counters the turns kept
+local function write_leases()
+  if last_id then
+    redis.call('SET', base .. ':seq', tostring(last_id))
+    call_each('ZADD', base .. ':leases', lease_deadlines)
+    call_each('HSET', base .. ':lease', lease_records)
+  end
+  if took_all > 0 then redis.call('HINCRBY', stats, 'queued', -took_all) end
+end
+
 -- a domain's turn is over: <took> requests taken off its queue, <n> left,
 -- <tokens> in its bucket, <parked> whether a lease of this turn parked it;
 -- its next place in base:ready (unless the gate moved it: <waits>): the
 -- earlier of its queued requests' and its first revisit's turn
 -- (_lib.lua's ready_score), or none
-local function end_turn(domain, dkey, n, tokens, took, waits, parked, rate, burst)
-  if took > 0 then redis.call('HINCRBY', stats, 'queued', -took) end
+local function end_turn(domain, dkey, n, tokens, took, waits, parked, rate, burst, given, busy)
+  took_all = took_all + took
+  local also = {}  -- in the rank order, the requests it was given; parked, its lease
+  if given then also[#also + 1] = 'given'; also[#also + 1] = given end
+  if busy then also[#also + 1] = 'busy'; also[#also + 1] = busy end
   if waits then  -- the gate moved the domain: off base:ready, or to a later score
-    redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now)
+    redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, unpack(also))
     return
   end
   local nxt = now
   if rate > 0 and tokens < 1 then nxt = math.max(nxt, now + math.ceil((1 - tokens) * 1000 / rate)) end
   if rate <= 0 then tokens = burst end
-  redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, 'next', nxt)
+  redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, 'next', nxt, unpack(also))
   local score = not parked and ready_score(base, domain, n > 0 and nxt or nil, nxt)
   if score then
     redis.call('ZADD', ready, score, domain)
@@ -760,7 +782,7 @@ end
 -- and per address its address's turn. Each request it gives is a due
 -- revisit or its queue's head, picked by the credit rule (new_revisits).
 local function serve(domain, dkey)
-  local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts', 'busy', 'next')
+  local st = redis.call('HMGET', dkey, 'n', 'tokens', 'ts', 'busy', 'next', 'given')
   if st[4] then  -- parked: its request is out (never ready; kept out if put back by hand)
     redis.call('ZREM', ready, domain)
     return
@@ -822,8 +844,7 @@ local function serve(domain, dkey)
       gave = gave + 1
       local sent, id = lease(domain, prio, entry, address, shared)
       if delay > 0 and sent then
-        redis.call('HSET', dkey, 'busy', id)  -- parked until this lease is acknowledged
-        parked = true
+        parked = id  -- until this lease is acknowledged (end_turn() writes it)
         break
       end
       if gated and sent then break end  -- one request a turn of its address
@@ -831,7 +852,8 @@ local function serve(domain, dkey)
   end
   if gave == 0 and (n > 0 or rv.waited) then denials = denials + 1 end
   rv.finish()
-  end_turn(domain, dkey, n, tokens, took, waits, parked, rate, burst)
+  local given = ipc.order == 'rank' and gave > 0 and (tonumber(st[6] or '0') or 0) + gave or nil
+  end_turn(domain, dkey, n, tokens, took, waits, parked ~= false, rate, burst, given, parked or nil)
 end
 
 -- one due domain's turn
@@ -870,6 +892,7 @@ local function serve_due_domains()
       turn(domain)
     end
   end
+  write_leases()
   if taken > 0 then redis.call('HINCRBY', stats, 'dequeued', taken) end
   if attempts > 0 then redis.call('HINCRBY', stats, 'attempts', attempts) end
   if denials > 0 then redis.call('HINCRBY', stats, 'denials', denials) end

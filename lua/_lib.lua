@@ -673,7 +673,7 @@ local function new_offer(base, mode, budget)
   local added, dups, spilled, over, excluded = 0, 0, 0, 0, 0
   local excluded_set = {}
   -- what is added is pushed at finish(), one push per domain and priority, in order
-  local groups, order, admitted = {}, {}, {}
+  local groups, order, admitted, last_group = {}, {}, {}, nil
 
   local function bloom_load()
     local meta = base .. ':bloom'
@@ -766,12 +766,16 @@ local function new_offer(base, mode, budget)
         end
       end
       if new then
-        local key = domain .. '\n' .. prio
-        local g = groups[key]
-        if not g then
-          g = {domain = domain, prio = prio, entries = {}, places = {}}
-          groups[key] = g
-          order[#order + 1] = g
+        local g = last_group  -- most requests come in runs of one domain and priority
+        if not g or g.domain ~= domain or g.prio ~= prio then
+          local key = domain .. '\n' .. prio
+          g = groups[key]
+          if not g then
+            g = {domain = domain, prio = prio, entries = {}, places = {}}
+            groups[key] = g
+            order[#order + 1] = g
+          end
+          last_group = g
         end
         g.entries[#g.entries + 1] = entry
         g.places[#g.entries] = place

@@ -13,7 +13,10 @@
 --          read_writes), applied before the acknowledgements
 -- then     number of promotions, then 4 values each: domain, priority,
 --          entry, position in its queue (_lib.lua's promote())
--- then per request, 6 values: a, b, domain, priority, entry, filter ("1" dedup, "0" dont_filter)
+-- then per group of requests of one domain, priority and filter: domain,
+--          priority, filter ("1" dedup, "0" dont_filter), the number of
+--          requests, then 3 values a request: a, b, entry; the requests are
+--          offered in the order sent, their places (1-based) counted so
 --   exact: a = bucket, b = 64-bit digest slice as a decimal integer
 --   bloom: a, b = two 32-bit hashes of the digest (double hashing)
 -- Returns {added, duplicates, spilled, acked, over_budget, excluded, unseen, untracked, seqs, promoted}:
@@ -43,13 +46,16 @@ for _ = 1, promotions do
 end
 local offer = new_offer(base, ARGV[1], tonumber(ARGV[2]))
 local unseen, n = {}, 0
-while i + 5 <= #ARGV do
-  n = n + 1
-  if not offer.one(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], n)
-      and ARGV[i + 5] == '1' then
-    unseen[#unseen + 1] = n
+while i + 3 <= #ARGV do
+  local domain, prio, filter = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local last = i + 3 + 3 * tonumber(ARGV[i + 3])
+  for j = i + 4, last, 3 do
+    n = n + 1
+    if not offer.one(ARGV[j], ARGV[j + 1], domain, prio, ARGV[j + 2], filter, n) and filter == '1' then
+      unseen[#unseen + 1] = n
+    end
   end
-  i = i + 6
+  i = last + 1
 end
 local r = offer.finish()
 return {r[1], r[2], r[3], acked, r[4], r[5], unseen, untracked, r[6], promoted}

@@ -87,6 +87,19 @@ def test_a_promotion_of_a_request_given_already_is_refused(redis_client: redis.R
     balanced(f)
 
 
+def test_places_name_the_items_offered_whatever_the_order_of_their_domains(redis_client: redis.Redis,
+                                                                            clock: ManualClock) -> None:
+    # offered interleaved, sent grouped by domain and priority: each place still names its own item
+    a, b = items("a.test", 0, 3), items("b.test", 0, 2)
+    high = Item(sha256(b"U0 https://a.test/high").digest(), "a.test", 5, b"U0 https://a.test/high")
+    forced = Item(a[0].digest, "a.test", 0, a[0].entry, dont_filter=True)
+    f = make(redis_client, clock)
+    f.add(items("a.test", 0, 1))  # a.test/0 seen: its copy offered again is a duplicate
+    result = f.add([a[0], b[0], a[1], high, b[1], a[2], forced])
+    assert result.positions == {2: 1, 3: 2, 4: 1, 5: 2, 6: 3, 7: 4}
+    assert result.added == 6 and result.duplicates == 1
+
+
 def test_positions_hold_across_the_compact_tier_and_requests_put_back(redis_client: redis.Redis,
                                                                       clock: ManualClock) -> None:
     f = make(redis_client, clock, domain_cap=2, block=4)

@@ -226,14 +226,23 @@ class Frontier(FrontierViews):
                            *wire_acks(acks, self.clock.monotonic()), *wire_writes(acks), len(promotions)]
         for p in promotions:
             args += (p.domain, p.priority, p.entry, p.position)
-        for item in items:
-            a, b = self.dedup.args(item.digest)
-            args += (a, b, item.domain, item.priority, item.entry, "0" if item.dont_filter else "1")
+        # sent in groups of one domain, priority and filter, each in its order (the script's places
+        # are the sent order: ``sent`` maps them back to the items' places)
+        groups: dict[tuple[str, int, bool], list[int]] = {}
+        for place, item in enumerate(items):
+            groups.setdefault((item.domain, item.priority, item.dont_filter), []).append(place)
+        sent: list[int] = []
+        for (domain, priority, dont_filter), places in groups.items():
+            args += (domain, priority, "0" if dont_filter else "1", len(places))
+            for place in places:
+                item = items[place]
+                args += (*self.dedup.args(item.digest), item.entry)
+            sent += places
         # the reply's 8th slot (history creates refused by a cap) is counted in :stats rv_untracked
         reply = self.scripts.enqueue(keys=self.script_keys, args=args)
         added, dups, spilled, acked, over, excluded, unseen, _, seqs, promoted = reply
-        return AddResult(added, dups, spilled, acked, over, excluded, tuple(unseen),
-                         {int(seqs[i]): int(seqs[i + 1]) for i in range(0, len(seqs), 2)},
+        return AddResult(added, dups, spilled, acked, over, excluded, tuple(sorted(sent[n - 1] + 1 for n in unseen)),
+                         {sent[int(seqs[i]) - 1] + 1: int(seqs[i + 1]) for i in range(0, len(seqs), 2)},
                          tuple((promoted[i].decode(), int(promoted[i + 1])) for i in range(0, len(promoted), 2)))
 
     def add_links(self, pairs: Sequence[tuple[str, str]]) -> None:

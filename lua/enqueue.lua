@@ -13,6 +13,10 @@
 --          read_writes), applied before the acknowledgements
 -- then     number of promotions, then 4 values each: domain, priority,
 --          entry, position in its queue (_lib.lua's promote())
+-- then     number of domains linked to, then per domain: the domain, the
+--          number of domains seen linking to it, those domains (each
+--          added to its HyperLogLog inl:<d>, the rank order's weight),
+--          counted before the requests' budgets are read
 -- then per group of requests of one domain, priority and filter: domain,
 --          priority, filter ("1" dedup, "0" dont_filter), the number of
 --          requests, then 3 values a request: a, b, entry; the requests are
@@ -43,6 +47,13 @@ for _ = 1, promotions do
   promoted[#promoted + 1] = outcome
   promoted[#promoted + 1] = given
   i = i + 4
+end
+local targets = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, targets do
+  local key, last = base .. ':inl:' .. ARGV[i], i + 1 + tonumber(ARGV[i + 1])
+  for j = i + 2, last, 500 do redis.call('PFADD', key, unpack(ARGV, j, math.min(j + 499, last))) end
+  i = last + 1
 end
 local offer = new_offer(base, ARGV[1], tonumber(ARGV[2]))
 local unseen, n = {}, 0

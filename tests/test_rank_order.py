@@ -197,6 +197,21 @@ def test_a_budget_by_rank_grows_with_the_domains_weight(redis_client: redis.Redi
     assert redis_client.hget(f.keys.stats, "over_budget") == str(9 + again.over_budget).encode()
 
 
+def test_links_sent_with_an_enqueue_count_before_its_budgets(redis_client: redis.Redis, clock: ManualClock) -> None:
+    """The links between domains ride on the enqueue (one call a flush), their
+    weights counted before the same call reads its budgets."""
+    f = Frontier(redis_client, Keys("crawler", "t", 0), politeness=Politeness(delay=0.001), order="rank",
+                 domain_budget=2, budget_max=100, clock=clock)
+    f.open()
+    links = [("a.test", "x.test"), ("a.test", "y.test"), ("a.test", "x.test"), ("b.test", "x.test")]
+    result = f.add(urls("a.test", 0, 8) + urls("c.test", 0, 8), links=links)
+    assert redis_client.pfcount(f.keys.key("inl", "a.test")) == 2  # a source counted once
+    assert redis_client.pfcount(f.keys.key("inl", "b.test")) == 1
+    assert (result.added, result.over_budget) == (6 + 2, 2 + 6)  # a.test weighs 2: 2 x 3; c.test 2
+    plain = f.add(urls("d.test", 0, 3))  # no links: the call reads as before
+    assert (plain.added, plain.over_budget) == (2, 1)
+
+
 def test_a_flat_budget_is_the_same_for_every_weight(redis_client: redis.Redis, clock: ManualClock) -> None:
     f = Frontier(redis_client, Keys("crawler", "t", 0), politeness=Politeness(delay=0.001), order="rank",
                  domain_budget=3, clock=clock)

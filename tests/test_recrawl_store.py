@@ -213,7 +213,7 @@ def test_caps_refuse_count_and_leave_nothing_behind(redis_client: redis.Redis, c
                     Acked("2", write(CREATE, "http://b.test/2", "b.test", iv=HOUR, rbin_new=1))])
     reply = f.scripts.enqueue(keys=f.script_keys, args=[
         "exact", 0, "0", "2", *write(CREATE, "http://a.test/3", iv=HOUR, rbin_new=1).wire(),
-        *write(CREATE, "http://a.test/4", iv=HOUR, rbin_new=1).wire(), "0"])  # no promotions
+        *write(CREATE, "http://a.test/4", iv=HOUR, rbin_new=1).wire(), "0", "0"])  # no promotions, no links
     if cap == "shard":  # two tracked already: both refused
         assert reply[7] == 2 and stats(redis_client, f)["rv_untracked"] == 2
         refused = ["http://a.test/3", "http://a.test/4"]

@@ -84,6 +84,14 @@ def wire_acks(acks: Iterable[str | Acknowledgement], now: float) -> list[str]:
     return [str(len(ids)), *ids]
 
 
+def _by_target(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
+    """``(target, source)`` pairs of domains, the sources by target."""
+    by_target: dict[str, list[str]] = {}
+    for target, source in pairs:
+        by_target.setdefault(target, []).append(source)
+    return by_target
+
+
 class Frontier(FrontierViews):
     def __init__(
         self,
@@ -217,15 +225,19 @@ class Frontier(FrontierViews):
     # --- the hot path ----------------------------------------------------
 
     def add(self, items: Sequence[Item], acks: Iterable[str | Acknowledgement] = (),
-            promotions: Sequence[Promotion] = ()) -> AddResult:
+            promotions: Sequence[Promotion] = (), links: Sequence[tuple[str, str]] = ()) -> AddResult:
         """Acknowledge ``acks`` (their history writes first), promote
-        ``promotions`` (the in-link order), then admit ``items``: one
-        ``enqueue.lua`` call."""
+        ``promotions`` (the in-link order), count ``links`` between domains
+        (as ``add_links``), then admit ``items``: one ``enqueue.lua`` call."""
         acks = list(acks)
         args: list[Any] = [self.dedup.mode, self.domain_budget,
                            *wire_acks(acks, self.clock.monotonic()), *wire_writes(acks), len(promotions)]
         for p in promotions:
             args += (p.domain, p.priority, p.entry, p.position)
+        by_target = _by_target(links)
+        args.append(len(by_target))
+        for target, sources in by_target.items():
+            args += (target, len(sources), *sources)
         # sent in groups of one domain, priority and filter, each in its order (the script's places
         # are the sent order: ``sent`` maps them back to the items' places)
         groups: dict[tuple[str, int, bool], list[int]] = {}
@@ -250,11 +262,8 @@ class Frontier(FrontierViews):
         to ``target``: each target's HyperLogLog of linking domains
         (``:inl:<d>``, the rank order's weight: ``dequeue.lua``), one
         pipelined ``PFADD`` per target."""
-        by_target: dict[str, list[str]] = {}
-        for target, source in pairs:
-            by_target.setdefault(target, []).append(source)
         pipe = self.client.pipeline(transaction=False)
-        for target, sources in by_target.items():
+        for target, sources in _by_target(pairs).items():
             pipe.pfadd(self.keys.key("inl", target), *sources)
         pipe.execute()
 

@@ -187,12 +187,20 @@ class WriteBuffer:
 
     def _store_items(self) -> AddResult | None:
         promotions = self.promotions
+        shard = self.store.keys.shard
+        links = self.links.get(shard, [])  # this shard's links between domains ride along
         try:
-            result = self.store.add(self.items, self.acks, promotions)
+            result = self.store.add(self.items, self.acks, promotions, links)
         except redis.exceptions.OutOfMemoryError:
             self.out_of_memory(len(self.items))
             self.items, self.promotions = [], []  # promotions are advice: dropped with the rest
+            if links:
+                del self.links[shard]
+                inc(self.stats, "crawler/frontier/links_lost", len(links))
             return None
+        if links:
+            del self.links[shard]
+            inc(self.stats, "crawler/frontier/links_between", len(links))
         if self.recent is not None:
             self.recent.mark(self.items, result.unseen, result.positions)
         self.items, self.acks, self.promotions = [], [], []
@@ -205,8 +213,9 @@ class WriteBuffer:
         return result
 
     def _store_links(self) -> None:
-        """The links between domains, into each target's shard (its own or
-        another's: ``Frontier.add_links``); advice for the order, not URLs: a
+        """The links between domains not sent with the enqueue, into each
+        target's shard (its own or another's: ``Frontier.add_links``);
+        advice for the order, not URLs: a
         Redis out of memory drops them (counted), another error keeps them."""
         for shard in list(self.links):
             frontier = self.store if shard == self.store.keys.shard else self.outbox.frontier(shard)

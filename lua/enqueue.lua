@@ -17,10 +17,11 @@
 --          number of domains seen linking to it, those domains (each
 --          added to its HyperLogLog inl:<d>, the rank order's weight),
 --          counted before the requests' budgets are read
--- then per group of requests of one domain, priority and filter: domain,
---          priority, filter ("1" dedup, "0" dont_filter), the number of
---          requests, then 3 values a request: a, b, entry; the requests are
---          offered in the order sent, their places (1-based) counted so
+-- then per group of requests of one domain and priority: domain,
+--          priority, filter ("1" dedup, "0" dont_filter; "m": each request
+--          says), the number of requests, then a request's 3 values (a, b,
+--          entry; "m": 4, its filter last); the requests are offered in the
+--          order sent, their places (1-based) counted so
 --   exact: a = bucket, b = 64-bit digest slice as a decimal integer
 --   bloom: a, b = two 32-bit hashes of the digest (double hashing)
 -- Returns {added, duplicates, spilled, acked, over_budget, excluded, unseen, untracked, seqs, promoted}:
@@ -59,10 +60,12 @@ local offer = new_offer(base, ARGV[1], tonumber(ARGV[2]))
 local unseen, n = {}, 0
 while i + 3 <= #ARGV do
   local domain, prio, filter = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local last = i + 3 + 3 * tonumber(ARGV[i + 3])
-  for j = i + 4, last, 3 do
+  local width = filter == 'm' and 4 or 3
+  local last = i + 3 + width * tonumber(ARGV[i + 3])
+  for j = i + 4, last, width do
     n = n + 1
-    if not offer.one(ARGV[j], ARGV[j + 1], domain, prio, ARGV[j + 2], filter, n) and filter == '1' then
+    local f = width == 4 and ARGV[j + 3] or filter
+    if not offer.one(ARGV[j], ARGV[j + 1], domain, prio, ARGV[j + 2], f, n) and f == '1' then
       unseen[#unseen + 1] = n
     end
   end

@@ -95,8 +95,9 @@ def test_places_name_the_items_offered_whatever_the_order_of_their_domains(redis
     forced = Item(a[0].digest, "a.test", 0, a[0].entry, dont_filter=True)
     f = make(redis_client, clock)
     f.add(items("a.test", 0, 1))  # a.test/0 seen: its copy offered again is a duplicate
-    result = f.add([a[0], b[0], a[1], high, b[1], a[2], forced])
-    assert result.positions == {2: 1, 3: 2, 4: 1, 5: 2, 6: 3, 7: 4}
+    result = f.add([forced, a[0], b[0], a[1], high, b[1], a[2]])
+    # a.test at priority 0 in the order offered, the dont_filter one first
+    assert result.positions == {1: 2, 3: 1, 4: 3, 5: 1, 6: 2, 7: 4}
     assert result.added == 6 and result.duplicates == 1
 
 

@@ -238,17 +238,22 @@ class Frontier(FrontierViews):
         args.append(len(by_target))
         for target, sources in by_target.items():
             args += (target, len(sources), *sources)
-        # sent in groups of one domain, priority and filter, each in its order (the script's places
-        # are the sent order: ``sent`` maps them back to the items' places)
-        groups: dict[tuple[str, int, bool], list[int]] = {}
+        # sent in groups of one domain and priority, each in its order (the script's places are
+        # the sent order: ``sent`` maps them back to the items' places); a group's filter is said
+        # once, or per request when its requests differ ("m")
+        groups: dict[tuple[str, int], list[int]] = {}
         for place, item in enumerate(items):
-            groups.setdefault((item.domain, item.priority, item.dont_filter), []).append(place)
+            groups.setdefault((item.domain, item.priority), []).append(place)
         sent: list[int] = []
-        for (domain, priority, dont_filter), places in groups.items():
-            args += (domain, priority, "0" if dont_filter else "1", len(places))
+        for (domain, priority), places in groups.items():
+            filters = {items[place].dont_filter for place in places}
+            mixed = len(filters) > 1
+            args += (domain, priority, "m" if mixed else "0" if filters.pop() else "1", len(places))
             for place in places:
                 item = items[place]
                 args += (*self.dedup.args(item.digest), item.entry)
+                if mixed:
+                    args.append("0" if item.dont_filter else "1")
             sent += places
         # the reply's 8th slot (history creates refused by a cap) is counted in :stats rv_untracked
         reply = self.scripts.enqueue(keys=self.script_keys, args=args)

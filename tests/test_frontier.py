@@ -294,6 +294,26 @@ def test_expired_leases_go_back_to_the_front(redis_client: redis.Redis, clock: M
     assert f.status()["counters"]["leases_expired"] == 1
 
 
+def test_one_call_acknowledges_each_held_lease_once(redis_client: redis.Redis, clock: ManualClock) -> None:
+    """An acknowledgement call reads and drops its leases in one go: a lease
+    named twice counts once, one not held is void, each parked domain waits
+    its own delay from its own mark."""
+    f = make(redis_client, politeness=Politeness(delay=1.0), clock=clock)
+    f.add([item(f"https://{d}/{i}", d) for d in ("a.test", "b.test", "c.test") for i in range(2)])
+    first = {x.domain: x.lease for x in f.take(10).items}
+    assert sorted(first) == ["a.test", "b.test", "c.test"]  # one a domain: each parked
+    a, b, c = first["a.test"], first["b.test"], first["c.test"]
+    result = f.add([], acks=[f"{a}:0:0:s", f"{b}:600:0:s", f"{a}:0:0:s", "999999", f"{c}:0:0:d"])
+    assert result.acked == 3
+    counters = f.status()["counters"]
+    assert (counters["acked"], counters["end_stored"], counters["end_dead"]) == (3, 2, 1)
+    assert f.add([], acks=[a, b]).acked == 0  # held no more
+    clock.advance(0.5)  # b.test's mark was 600 ms back: its delay is over
+    assert [x.domain for x in f.take(10).items] == ["b.test"]
+    clock.advance(0.6)
+    assert sorted(x.domain for x in f.take(10).items) == ["a.test", "c.test"]
+
+
 def test_acknowledged_leases_never_come_back(redis_client: redis.Redis, clock: ManualClock) -> None:
     f = make(redis_client, lease_seconds=0.2, clock=clock)
     f.add([item("only")])

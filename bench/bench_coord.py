@@ -13,7 +13,10 @@ them new (the rest already seen: a site's menu), all of the page's own
 domain; domains with a delay of 1 ms (one request a domain a turn, as a
 polite crawl is served) and the compact tier on (the default head and
 block). ``--clients`` processes drive it (each one take, its acks and
-links, in turn). Redis's CPU (``INFO cpu``, user + system) over the pages
+links, in turn). The job users run (``bench_openweb.py``) sends about 6
+new URLs a page to Redis and next to no duplicates (its process's memory
+of links catches them): ``--links 6 --new 1`` is its load, the defaults a
+heavier one. Redis's CPU (``INFO cpu``, user + system) over the pages
 is the figure: 1 / (CPU per page) is the most pages a second one Redis core
 can coordinate. What it leaves out, each said where it is measured: per-
 address politeness and names (``CRAWLER_IP_DELAY``, on in billion),
@@ -115,12 +118,13 @@ def main() -> None:
         cpu1 = client.info("cpu")
         calls1 = client.info("commandstats")
         cpu = sum(float(cpu1[k]) - float(cpu0[k]) for k in ("used_cpu_user", "used_cpu_sys"))
+        system = float(cpu1["used_cpu_sys"]) - float(cpu0["used_cpu_sys"])
         per_page = cpu / pages
         print(f"{pages:,} pages in {elapsed:.1f} s ({pages / elapsed:,.0f} pages/s, {args.clients} driving "
               f"processes), {args.domains:,} domains, {args.links} links a page ({args.new:.0%} new), "
               f"dedup {args.dedup}, order {args.order}/{args.within}, takes of {args.take}")
         print(f"Redis CPU {cpu:.2f} s = {per_page * 1e3:.3f} ms a page -> one Redis core coordinates "
-              f"{1 / per_page:,.0f} pages/s (Redis was {cpu / elapsed:.0%} busy)")
+              f"{1 / per_page:,.0f} pages/s (Redis was {cpu / elapsed:.0%} busy, {system / cpu:.0%} of it the kernel's)")
         for name, stat in sorted(calls1.items()):
             before = calls0.get(name, {"calls": 0, "usec": 0})
             calls, usec = stat["calls"] - before["calls"], stat["usec"] - before["usec"]

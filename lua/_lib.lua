@@ -625,7 +625,8 @@ local function ack_all(base, ids, now)
   local ends = {}
   if now == nil then now = now_ms() end
   for j, id in ipairs(gone) do
-    local age, dur, fin = unpack(parsed[places[j]])
+    local p = parsed[places[j]]  -- indexed, not unpack(): a table of holes has no length
+    local age, dur, fin = p[1], p[2], p[3]
     if fin then ends[fin] = (ends[fin] or 0) + 1 end
     local mark = now + 1 - (age or 0)
     if recs[j] then unpark(base, split_record(recs[j]), id, mark, dur) end

@@ -103,8 +103,10 @@ local OFFER_MS = 1000  -- an address offered to a waiter that did not take it is
 local now, fenced, ipc, gated, out, lookups
 local taken, attempts, denials, took_all = 0, 0, 0, 0
 -- the leases of this call, written at the end of the turns (write_leases()):
--- the last id given (base:seq, read at the first), and per lease its
--- deadline and id (base:leases), its id and record (base:lease)
+-- the last id given, and per lease its deadline and id (base:leases), its
+-- id and record (base:lease). The ids are reserved at the first lease
+-- (base:seq raised by what the call may still take, set back to the last
+-- given at the end), so a call an error cut short gives no id twice.
 local last_id, lease_deadlines, lease_records = nil, {}, {}
 
 -- === the reply ===
@@ -581,7 +583,8 @@ end
 -- turn's (end_turn()), the lease's the call's (write_leases()).
 local function lease(domain, prio, entry, address, shared)
   taken = taken + 1
-  last_id = (last_id or tonumber(redis.call('GET', base .. ':seq') or '0')) + 1
+  if last_id == nil then last_id = redis.call('INCRBY', base .. ':seq', want - taken + 1) - (want - taken + 1) end
+  last_id = last_id + 1
   local id = tostring(last_id)
   local rec = domain .. '\n' .. prio .. '\n' .. entry
   lease_deadlines[#lease_deadlines + 1] = now + lease_ms
@@ -608,6 +611,8 @@ end
 
 -- a domain's turn is over: <took> requests taken off its queue, <n> left,
 -- <tokens> in its bucket, <parked> whether a lease of this turn parked it;
+-- written with them: <given> (the rank order: the requests it was given,
+-- nil when unchanged) and <busy> (the lease that parked it, or nil);
 -- its next place in base:ready (unless the gate moved it: <waits>): the
 -- earlier of its queued requests' and its first revisit's turn
 -- (_lib.lua's ready_score), or none

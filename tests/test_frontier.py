@@ -314,6 +314,31 @@ def test_one_call_acknowledges_each_held_lease_once(redis_client: redis.Redis, c
     assert sorted(x.domain for x in f.take(10).items) == ["a.test", "c.test"]
 
 
+def test_lease_ids_follow_each_other_across_takes(redis_client: redis.Redis, clock: ManualClock) -> None:
+    """A take reserves the ids it may give and gives the counter back what
+    it did not use: ids follow each other, and the counter names the last."""
+    f = make(redis_client, clock=clock)
+    f.add([item(f"https://{d}/0", d) for d in ("a.test", "b.test", "c.test")])
+    first = [int(x.lease) for x in f.take(2).items]
+    second = [int(x.lease) for x in f.take(100).items]
+    assert first + second == list(range(first[0], first[0] + 3))
+    assert int(redis_client.get(f.keys.key("seq"))) == second[-1]
+
+
+@pytest.mark.parametrize("ack", ["{}::400", "{}::400:s", "{}:0:400:zz"], ids=["no-end", "stored", "unknown-end"])
+def test_a_fetchs_duration_stretches_its_domains_delay_whatever_else_the_ack_says(
+        redis_client: redis.Redis, clock: ManualClock, ack: str) -> None:
+    f = make(redis_client, politeness=Politeness(delay=0.1, factor=2.0), clock=clock)
+    f.add([item(f"https://a.test/{i}") for i in range(2)])
+    (first,) = f.take(5).items
+    assert f.add([], acks=[ack.format(first.lease)]).acked == 1
+    clock.advance(0.7)  # 2 x 400 ms from the mark, not the 100 ms delay
+    assert f.take(5).items == []
+    clock.advance(0.11)
+    assert [x.entry for x in f.take(5).items] == [b"https://a.test/1"]
+    assert f.status()["counters"]["delays_stretched"] == 1
+
+
 def test_acknowledged_leases_never_come_back(redis_client: redis.Redis, clock: ManualClock) -> None:
     f = make(redis_client, lease_seconds=0.2, clock=clock)
     f.add([item("only")])

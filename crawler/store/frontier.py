@@ -228,7 +228,11 @@ class Frontier(FrontierViews):
             promotions: Sequence[Promotion] = (), links: Sequence[tuple[str, str]] = ()) -> AddResult:
         """Acknowledge ``acks`` (their history writes first), promote
         ``promotions`` (the in-link order), count ``links`` between domains
-        (as ``add_links``), then admit ``items``: one ``enqueue.lua`` call."""
+        (as ``add_links``), then admit ``items``: one ``enqueue.lua`` call.
+        Items are offered in groups of one domain and priority, in the order
+        each group first appears, each group's in its order: a domain's
+        queue at a priority keeps the order offered, and a budget or a
+        digest offered twice is decided in the groups' order."""
         acks = list(acks)
         args: list[Any] = [self.dedup.mode, self.domain_budget,
                            *wire_acks(acks, self.clock.monotonic()), *wire_writes(acks), len(promotions)]

@@ -194,9 +194,10 @@ class WriteBuffer:
         except redis.exceptions.OutOfMemoryError:
             self.out_of_memory(len(self.items))
             self.items, self.promotions = [], []  # promotions are advice: dropped with the rest
-            if links:
+            if links:  # counted as _store_links counts them
                 del self.links[shard]
                 inc(self.stats, "crawler/frontier/links_lost", len(links))
+                inc(self.stats, "crawler/frontier/links_between", len(links))
             return None
         if links:
             del self.links[shard]

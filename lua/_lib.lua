@@ -105,20 +105,18 @@ local function has(key)
   return p
 end
 
--- ``cmd key <list...>`` in calls of at most 500 values (Lua's stack), the
--- replies joined in order (an array reply's items; else the integer
--- replies summed)
+-- ``cmd key <list...>`` in calls of at most 500 values (Lua's stack); an
+-- array reply's items joined in order (a command that replies otherwise:
+-- an empty table)
 local function call_each(cmd, key, list)
-  local joined, sum = {}, 0
+  local joined = {}
   for i = 1, #list, 500 do
     local r = redis.call(cmd, key, unpack(list, i, math.min(i + 499, #list)))
     if type(r) == 'table' then
       for j = 1, math.min(500, #list - i + 1) do joined[i + j - 1] = r[j] end
-    else
-      sum = sum + r
     end
   end
-  return joined, sum
+  return joined
 end
 
 -- A domain's weight, what its place in the rank order and its budget grow

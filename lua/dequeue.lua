@@ -610,13 +610,13 @@ local function write_leases()
 end
 
 -- a domain's turn is over: <took> requests taken off its queue, <n> left,
--- <tokens> in its bucket, <parked> whether a lease of this turn parked it;
--- written with them: <given> (the rank order: the requests it was given,
--- nil when unchanged) and <busy> (the lease that parked it, or nil);
+-- <tokens> in its bucket, <busy> the lease of this turn that parked it (nil:
+-- none), <given> (the rank order: the requests it was given, nil when
+-- unchanged), each written with the others;
 -- its next place in base:ready (unless the gate moved it: <waits>): the
 -- earlier of its queued requests' and its first revisit's turn
 -- (_lib.lua's ready_score), or none
-local function end_turn(domain, dkey, n, tokens, took, waits, parked, rate, burst, given, busy)
+local function end_turn(domain, dkey, n, tokens, took, waits, busy, rate, burst, given)
   took_all = took_all + took
   local also = {}  -- in the rank order, the requests it was given; parked, its lease
   if given then also[#also + 1] = 'given'; also[#also + 1] = given end
@@ -629,7 +629,7 @@ local function end_turn(domain, dkey, n, tokens, took, waits, parked, rate, burs
   if rate > 0 and tokens < 1 then nxt = math.max(nxt, now + math.ceil((1 - tokens) * 1000 / rate)) end
   if rate <= 0 then tokens = burst end
   redis.call('HSET', dkey, 'n', n, 'tokens', tokens, 'ts', now, 'next', nxt, unpack(also))
-  local score = not parked and ready_score(base, domain, n > 0 and nxt or nil, nxt)
+  local score = not busy and ready_score(base, domain, n > 0 and nxt or nil, nxt)
   if score then
     redis.call('ZADD', ready, score, domain)
   else
@@ -813,7 +813,7 @@ local function serve(domain, dkey)
     tokens = math.min(burst, tokens + (now - ts) * rate / 1000)
   end
   local rv = ipc.recrawl ~= 'off' and new_revisits(domain) or NO_REVISITS
-  local took, waits, parked, gave = 0, false, false, 0
+  local took, waits, busy, gave = 0, false, nil, 0
   while taken < want do
     if rate > 0 and tokens < 1 then break end
     local kind, credit = rv.pick(n > 0)
@@ -849,7 +849,7 @@ local function serve(domain, dkey)
       gave = gave + 1
       local sent, id = lease(domain, prio, entry, address, shared)
       if delay > 0 and sent then
-        parked = id  -- until this lease is acknowledged (end_turn() writes it)
+        busy = id  -- parked until this lease is acknowledged (end_turn() writes it)
         break
       end
       if gated and sent then break end  -- one request a turn of its address
@@ -858,7 +858,7 @@ local function serve(domain, dkey)
   if gave == 0 and (n > 0 or rv.waited) then denials = denials + 1 end
   rv.finish()
   local given = ipc.order == 'rank' and gave > 0 and (tonumber(st[6] or '0') or 0) + gave or nil
-  end_turn(domain, dkey, n, tokens, took, waits, parked ~= false, rate, burst, given, parked or nil)
+  end_turn(domain, dkey, n, tokens, took, waits, busy, rate, burst, given)
 end
 
 -- one due domain's turn

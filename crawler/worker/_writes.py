@@ -194,14 +194,11 @@ class WriteBuffer:
         except redis.exceptions.OutOfMemoryError:
             self.out_of_memory(len(self.items))
             self.items, self.promotions = [], []  # promotions are advice: dropped with the rest
-            if links:  # counted as _store_links counts them
-                del self.links[shard]
-                inc(self.stats, "crawler/frontier/links_lost", len(links))
-                inc(self.stats, "crawler/frontier/links_between", len(links))
+            if links:
+                self._links_done(shard, lost=True)
             return None
         if links:
-            del self.links[shard]
-            inc(self.stats, "crawler/frontier/links_between", len(links))
+            self._links_done(shard, lost=False)
         if self.recent is not None:
             self.recent.mark(self.items, result.unseen, result.positions)
         self.items, self.acks, self.promotions = [], [], []
@@ -220,13 +217,20 @@ class WriteBuffer:
         Redis out of memory drops them (counted), another error keeps them."""
         for shard in list(self.links):
             frontier = self.store if shard == self.store.keys.shard else self.outbox.frontier(shard)
-            pairs = self.links[shard]
             try:
-                frontier.add_links(pairs)
+                frontier.add_links(self.links[shard])
             except redis.exceptions.OutOfMemoryError:
-                inc(self.stats, "crawler/frontier/links_lost", len(pairs))
-            del self.links[shard]
-            inc(self.stats, "crawler/frontier/links_between", len(pairs))
+                self._links_done(shard, lost=True)
+            else:
+                self._links_done(shard, lost=False)
+
+    def _links_done(self, shard: int, lost: bool) -> None:
+        """``shard``'s links between domains sent (with the enqueue, or on
+        their own), or dropped by a Redis out of memory: counted, forgotten."""
+        pairs = self.links.pop(shard)
+        inc(self.stats, "crawler/frontier/links_between", len(pairs))
+        if lost:
+            inc(self.stats, "crawler/frontier/links_lost", len(pairs))
 
     def _store_hints(self) -> None:
         """The hints, in one round trip; Redis out of memory drops them
